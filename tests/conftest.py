@@ -1,0 +1,33 @@
+"""Shared fixtures: random graphs with the awkward cases every rewrite and kernel must survive."""
+import os
+import pathlib
+
+import jax
+import pytest
+
+jax.config.update("jax_enable_x64", False)
+
+DATA_DIR = pathlib.Path(os.environ.get("JGNN_DATA_DIR", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def has_gpu() -> bool:
+    try:
+        return any(d.platform == "gpu" for d in jax.devices())
+    except RuntimeError:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def data_dir() -> pathlib.Path:
+    if not DATA_DIR.is_dir():
+        pytest.fail(f"data directory {DATA_DIR} not found; set JGNN_DATA_DIR")
+    return DATA_DIR
