@@ -1,0 +1,123 @@
+"""Every JAX / Pallas version difference lives here (CPU dev box: JAX 0.10.x; GPU box: JAX 0.11.x).
+
+Kernel modules and jgnn import Pallas entry points only through this module, so a Pallas API move is a
+one-file fix. Nothing here imports from ``jgnn``.
+
+Facts this module encodes (verified against the installed JAX source):
+
+* ``pl.pallas_call`` on GPU defaults to the Mosaic GPU backend; the Triton lowering is selected only by
+  passing ``compiler_params=plgpu.CompilerParams(...)`` (``jax.experimental.pallas.triton``).
+  Older releases spelled it ``TritonCompilerParams``.
+* The Triton lowering requires every load/store *indexer* shape to have a power-of-two size; refs
+  themselves may have any shape. It rejects scalar prefetch and dynamic grids.
+* The HLO interpreter (``interpret=True``) fills un-aliased outputs with NaN (floats) / INT_MIN (ints),
+  so any output element a kernel forgets to write shows up as NaN in interpret-mode tests.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+try:  # JAX >= 0.5: the Triton-specific Pallas API.
+    from jax.experimental.pallas import triton as plgpu
+except ImportError:  # pragma: no cover - very old JAX
+    from jax.experimental.pallas import gpu as plgpu  # type: ignore[no-redef]
+
+JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
+
+#: Custom-call target name the Triton lowering emits (checked by the lowering tests).
+TRITON_CUSTOM_CALL = "__gpu$xla.gpu.triton"
+
+_CompilerParams = getattr(plgpu, "CompilerParams", None) or getattr(plgpu, "TritonCompilerParams")
+
+
+def triton_compiler_params(num_warps: int = 4, num_stages: int = 2) -> Any:
+    """Compiler params that force the Triton lowering (not Mosaic GPU) for ``pl.pallas_call``."""
+    return _CompilerParams(num_warps=num_warps, num_stages=num_stages)
+
+
+def pallas_call(
+    kernel: Callable[..., None],
+    *,
+    out_shape: Any,
+    grid: tuple[int, ...],
+    interpret: bool,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    input_output_aliases: dict[int, int] | None = None,
+    name: str | None = None,
+) -> Callable[..., Any]:
+    """``pl.pallas_call`` with whole-array refs (no BlockSpecs), a static grid, and Triton params.
+
+    Every kernel in this package indexes its refs with explicit pointer-style gathers (see
+    ``pallas_kernels._access``), so no BlockSpec is needed: each program sees the full arrays.
+    """
+    kwargs: dict[str, Any] = {}
+    if input_output_aliases:
+        kwargs["input_output_aliases"] = input_output_aliases
+    if name is not None:
+        kwargs["name"] = name
+    return pl.pallas_call(
+        kernel,
+        out_shape=out_shape,
+        grid=grid,
+        compiler_params=triton_compiler_params(num_warps, num_stages),
+        interpret=interpret,
+        **kwargs,
+    )
+
+
+def program_id(axis: int) -> jax.Array:
+    return pl.program_id(axis)
+
+
+def triton_load(ref: Any, index: tuple[jax.Array, ...], mask: jax.Array | None, other: Any) -> jax.Array:
+    """Masked Triton load ``ref[index]`` (all-integer-array index, broadcast together)."""
+    return plgpu.load(ref.at[index], mask=mask, other=other)
+
+
+def triton_store(ref: Any, index: tuple[jax.Array, ...], value: jax.Array, mask: jax.Array | None) -> None:
+    """Masked Triton store ``ref[index] = value`` where ``mask``."""
+    plgpu.store(ref.at[index], value, mask=mask)
+
+
+def ragged_dot(x: jax.Array, w: jax.Array, group_sizes: jax.Array,
+               preferred_element_type: Any = jnp.float32) -> jax.Array:
+    """``jax.lax.ragged_dot``: ``y[rows of group g] = x[rows] @ w[g]``; rows past sum(group_sizes) are 0."""
+    return jax.lax.ragged_dot(x, w, group_sizes, preferred_element_type=preferred_element_type)
+
+
+def export_cuda_mlir(fn: Callable[..., Any], *args: Any) -> str:
+    """Lower ``jax.jit(fn)(*args)`` for CUDA without a GPU and return the StableHLO text.
+
+    The Triton custom call is allowed explicitly; PTX compilation is *not* run, so this checks the
+    Pallas -> Triton IR lowering only.
+    """
+    exported = jax.export.export(
+        jax.jit(fn),
+        platforms=["cuda"],
+        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_CUSTOM_CALL)],
+    )(*args)
+    return exported.mlir_module()
+
+
+def has_gpu() -> bool:
+    try:
+        return any(d.platform == "gpu" for d in jax.devices())
+    except RuntimeError:
+        return False
+
+
+def fori_loop(lower: Any, upper: Any, body: Callable[[Any, Any], Any], init: Any) -> Any:
+    """``lax.fori_loop`` with traced bounds (lowers to ``scf.while`` in Triton, a while in interpret)."""
+    return jax.lax.fori_loop(lower, upper, body, init)
+
+
+__all__: Sequence[str] = (
+    "JAX_VERSION", "TRITON_CUSTOM_CALL", "export_cuda_mlir", "fori_loop", "has_gpu", "pallas_call", "pl",
+    "plgpu", "program_id", "ragged_dot", "triton_compiler_params", "triton_load", "triton_store",
+)
