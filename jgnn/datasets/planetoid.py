@@ -155,9 +155,9 @@ def load_planetoid(
 ) -> NodeClassificationDataset:
     """Load Cora, CiteSeer or PubMed with the public Planetoid split (20 labels per class).
 
-    Looks for ``<name>.npz``, then for raw ``ind.<name>.*`` files (directly in a search
-    directory or in its ``planetoid/`` sub-directory), in the directories of
-    :func:`jgnn.datasets.cache.search_dirs`; otherwise downloads the raw files from
+    Looks in each directory of :func:`jgnn.datasets.cache.search_dirs` in turn for
+    ``<name>.npz``, then for raw ``ind.<name>.*`` files (directly in the directory or in its
+    ``planetoid/`` sub-directory); otherwise downloads the raw files from
     github.com/kimiyoung/planetoid into ``data_dir() / "planetoid"``.
 
     Note: the shared ``pubmed.npz`` has **no node features** (``ind.pubmed.allx`` could not be
@@ -171,10 +171,9 @@ def load_planetoid(
     if name not in PLANETOID_NAMES:
         raise ValueError(f"unknown Planetoid data set {name!r}; expected one of {PLANETOID_NAMES}")
     dirs = cache.search_dirs(root)
-    npz = cache.find_file(f"{name}.npz", dirs)
-    if npz is not None:
-        return read_node_classification_npz(npz, name)
-    for d in dirs:
+    for d in dirs:  # earlier directories win; within one, the .npz wins over raw files
+        if (d / f"{name}.npz").is_file():
+            return read_node_classification_npz(d / f"{name}.npz", name)
         for sub in (d, d / "planetoid"):
             if all((sub / f"ind.{name}.{s}").is_file() for s in RAW_SUFFIXES):
                 return parse_planetoid_raw(sub, name)

@@ -266,8 +266,9 @@ def load_entities(
     ``nodes["type"]`` is the RDF term kind (0 = IRI, 1 = blank node, 2 = literal) and
     ``num_node_types = 3`` (MUTAG has no blank nodes, so type 1 is unused there).
 
-    Lookup: ``<name>.npz`` in the search directories, else raw ``<name>_stripped.nt.gz`` +
-    ``trainingSet.tsv`` + ``testSet.tsv`` in ``<dir>/<name>/``, else download those raw files
+    Lookup, in each search directory in turn: ``<name>.npz``, else raw
+    ``<name>_stripped.nt.gz`` + ``trainingSet.tsv`` + ``testSet.tsv`` in ``<dir>/<name>/``;
+    if none has them, download those raw files
     (R-GCN data as committed to github.com/alexanderdesouza/latent-GCN).
     """
     name = name.lower()
@@ -275,12 +276,11 @@ def load_entities(
         raise ValueError(f"unknown entity data set {name!r}; expected one of {ENTITY_NAMES}")
     kw = {"add_inverse": add_inverse, "add_self_loops": add_self_loops}
     dirs = cache.search_dirs(root)
-    npz = cache.find_file(f"{name}.npz", dirs)
-    if npz is not None:
-        with np.load(npz, allow_pickle=False) as d:
-            return entity_dataset_from_arrays(dict(d), name, **kw)
     raw_files = (f"{name}_stripped.nt.gz", "trainingSet.tsv", "testSet.tsv")
-    for d in dirs:
+    for d in dirs:  # earlier directories win; within one, the .npz wins over raw files
+        if (d / f"{name}.npz").is_file():
+            with np.load(d / f"{name}.npz", allow_pickle=False) as z:
+                return entity_dataset_from_arrays(dict(z), name, **kw)
         if all((d / name / f).is_file() for f in raw_files):
             return entity_dataset_from_arrays(parse_entities_raw(d / name, name), name, **kw)
     if not allow_download:
@@ -413,8 +413,10 @@ def load_link_prediction(
     ``add_inverse=True`` to append reverse edges with type ``relation + R`` (then
     ``num_relations = 2R``). Triples always use the raw relation ids in ``[0, R)``.
 
-    Lookup: ``<name>.npz``, else ``<dir>/<name>/{train,valid,test}.txt``, else the ConvE archive
-    ``<dir>/<Archive>.tar.gz``; else the archive is downloaded from github.com/TimDettmers/ConvE.
+    Lookup, in each search directory in turn: ``<name>.npz``, else
+    ``<dir>/<name>/{train,valid,test}.txt``, else the ConvE archive ``<dir>/<Archive>.tar.gz``
+    (e.g. ``FB15k-237.tar.gz``); if none has them the archive is downloaded from
+    github.com/TimDettmers/ConvE into :func:`~jgnn.datasets.cache.data_dir`.
     """
     name = name.lower()
     if name not in LINK_PREDICTION_ARCHIVES:
@@ -423,15 +425,17 @@ def load_link_prediction(
         )
     archive = LINK_PREDICTION_ARCHIVES[name]
     dirs = cache.search_dirs(root)
-    npz = cache.find_file(f"{name}.npz", dirs)
-    if npz is not None:
-        with np.load(npz, allow_pickle=False) as d:
-            return link_prediction_from_arrays(dict(d), name, add_inverse=add_inverse)
-    for d in dirs:
+    path = None
+    for d in dirs:  # earlier directories win; within one: .npz, then the .txt files, then archive
+        if (d / f"{name}.npz").is_file():
+            with np.load(d / f"{name}.npz", allow_pickle=False) as z:
+                return link_prediction_from_arrays(dict(z), name, add_inverse=add_inverse)
         if all((d / name / f"{k}.txt").is_file() for k in SPLITS):
             arrays = read_triples_directory(d / name)
             return link_prediction_from_arrays(arrays, name, add_inverse=add_inverse)
-    path = cache.find_file(archive, dirs)
+        if (d / archive).is_file():
+            path = d / archive
+            break
     if path is None:
         if not allow_download:
             raise cache.DatasetUnavailableError(

@@ -42,7 +42,7 @@ def rmat_edges(
     if min(probs) < 0 or not math.isclose(a + b + c + d, 1.0, rel_tol=0, abs_tol=1e-9):
         raise ValueError(f"R-MAT probabilities must be non-negative and sum to 1, got {probs}")
     scale = max(1, math.ceil(math.log2(num_nodes)))
-    senders, receivers, have = [], [], 0
+    senders, receivers, have = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
     while have < num_edges:
         m = int((num_edges - have) * 1.25) + 64
         s = np.zeros(m, dtype=np.int64)
