@@ -1,0 +1,192 @@
+"""jgnn's program representation: a flat SSA list of ops built from a jaxpr.
+
+A `Program` is what the analysis reads, the passes rewrite and the evaluator runs. It mirrors a jaxpr, with
+two differences that make rewriting easy:
+
+* values are plain Python objects (`Value`), so passes can create new ones without touching JAX internals;
+* an op may carry its own ``impl`` (a fused op, or a rewritten op whose params changed), otherwise it runs by
+  binding its primitive exactly as ``jax.core.eval_jaxpr`` does.
+
+Call-like primitives (``pjit``/``jit``, ``closed_call``, ``core_call``, ``checkpoint``) are inlined, so a
+``jax.jit``-decorated helper does not hide its body from the analysis. ``custom_jvp_call`` and
+``custom_vjp_call`` stay single ops, so their custom derivative rules still run (``jax.nn.relu`` keeps
+its zero gradient at 0); their bodies are translated too (``Op.body``) for the analysis to look into.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jcore
+
+from jgnn.compat import bind_primitive
+
+# Primitive names differ across JAX versions (``pjit`` became ``jit``); match by name, in one place.
+INLINED_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+                 "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr"}
+CUSTOM_CALLS = {"custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+                "custom_vjp_call_jaxpr": "fun_jaxpr"}
+
+_ids = itertools.count()
+
+
+@dataclasses.dataclass(eq=False)
+class Value:
+    """An SSA value: its abstract shape and dtype, and a unique id for printing."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    id: int = dataclasses.field(default_factory=lambda: next(_ids))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def __repr__(self) -> str:
+        return f"v{self.id}:{np.dtype(self.dtype).name}{list(self.shape)}"
+
+
+@dataclasses.dataclass(eq=False)
+class Const:
+    """A literal or a constant closed over by the traced function."""
+
+    value: Any
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(np.shape(self.value))
+
+    @property
+    def dtype(self):
+        return jax.numpy.result_type(self.value)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"const{list(self.shape)}" if self.shape else f"{self.value}"
+
+
+Atom = Value | Const
+
+
+@dataclasses.dataclass(eq=False)
+class Op:
+    """One equation. ``name`` is the primitive's name (or the fused op's) for reports and rule tables."""
+
+    name: str
+    inputs: tuple[Atom, ...]
+    outputs: tuple[Value, ...]
+    params: dict = dataclasses.field(default_factory=dict)
+    prim: Any = None
+    impl: Callable[..., Sequence[Any]] | None = None
+    body: Program | None = None
+    origin: str = ""  # which pass made it; empty for ops straight from the traced program
+
+    def run(self, *args):
+        if self.impl is not None:
+            return list(self.impl(*args))
+        out = bind_primitive(self.prim, self.params, args)
+        return list(out) if self.prim.multiple_results else [out]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(map(repr, self.inputs))
+        return f"{', '.join(map(repr, self.outputs))} = {self.name}({ins})"
+
+
+@dataclasses.dataclass(eq=False)
+class Program:
+    inputs: list[Value]
+    outputs: list[Atom]
+    ops: list[Op]
+
+    def __repr__(self) -> str:
+        lines = [f"inputs: {self.inputs}"] + [f"  {op!r}" for op in self.ops] + [f"outputs: {self.outputs}"]
+        return "\n".join(lines)
+
+
+def value_like(x) -> Value:
+    return Value(tuple(np.shape(x)), np.dtype(jax.numpy.result_type(x)) if not hasattr(x, "dtype") else x.dtype)
+
+
+def from_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Program:
+    """Translate a ClosedJaxpr, inlining call primitives (see module docstring)."""
+    env: dict = {}
+    inputs = [Value(tuple(v.aval.shape), v.aval.dtype) for v in closed.jaxpr.invars]
+    env.update(zip(closed.jaxpr.invars, inputs, strict=True))
+    for var, c in zip(closed.jaxpr.constvars, closed.consts, strict=True):
+        env[var] = Const(c)
+    ops: list[Op] = []
+    _translate(closed.jaxpr, env, ops)
+    return Program(inputs, [_read(env, v) for v in closed.jaxpr.outvars], ops)
+
+
+def _read(env, var) -> Atom:
+    if isinstance(var, jcore.Literal):
+        return Const(var.val)
+    return env[var]
+
+
+def _closed(j) -> jcore.ClosedJaxpr:
+    return j if isinstance(j, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(j, ())
+
+
+def _translate(jaxpr: jcore.Jaxpr, env: dict, ops: list[Op]) -> None:
+    for eqn in jaxpr.eqns:
+        ins = [_read(env, v) for v in eqn.invars]
+        name = eqn.primitive.name
+        if name in INLINED_CALLS and INLINED_CALLS[name] in eqn.params:
+            sub = _closed(eqn.params[INLINED_CALLS[name]])
+            sub_env = dict(zip(sub.jaxpr.invars, ins, strict=True))
+            sub_env.update((v, Const(c)) for v, c in zip(sub.jaxpr.constvars, sub.consts, strict=True))
+            _translate(sub.jaxpr, sub_env, ops)
+            for outer, inner in zip(eqn.outvars, sub.jaxpr.outvars, strict=True):
+                env[outer] = _read(sub_env, inner)
+            continue
+        outs = [Value(tuple(v.aval.shape), v.aval.dtype) for v in eqn.outvars]
+        body = None
+        if name in CUSTOM_CALLS and CUSTOM_CALLS[name] in eqn.params:
+            sub = _closed(eqn.params[CUSTOM_CALLS[name]])
+            body = from_closed_jaxpr(sub)
+        ops.append(Op(name, tuple(ins), tuple(outs), dict(eqn.params), eqn.primitive, body=body))
+        env.update((v, o) for v, o in zip(eqn.outvars, outs, strict=True) if not isinstance(v, jcore.DropVar))
+
+
+def evaluate(program: Program, args: Sequence[Any]) -> list[Any]:
+    """Run a program: one environment, one loop over ops (as ``jax.core.eval_jaxpr``)."""
+    env: dict[int, Any] = {}
+
+    def read(a: Atom):
+        return a.value if isinstance(a, Const) else env[a.id]
+
+    for v, x in zip(program.inputs, args, strict=True):
+        env[v.id] = x
+    for op in program.ops:
+        outs = op.run(*map(read, op.inputs))
+        for v, x in zip(op.outputs, outs, strict=True):
+            env[v.id] = x
+    return [read(a) for a in program.outputs]
+
+
+def users(program: Program) -> dict[int, list[Op]]:
+    """Map value id -> ops that read it (program outputs are not ops; see `live_outputs`)."""
+    table: dict[int, list[Op]] = {}
+    for op in program.ops:
+        for a in op.inputs:
+            if isinstance(a, Value):
+                table.setdefault(a.id, []).append(op)
+    return table
+
+
+def producers(program: Program) -> dict[int, Op]:
+    return {v.id: op for op in program.ops for v in op.outputs}

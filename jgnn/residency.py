@@ -1,0 +1,320 @@
+"""Residency inference: where on the graph each value lives, and how each op moves data.
+
+This is Graphiler's MP-DFG analysis (its Table 1) on a flat jgnn `Program`. Every value gets an `Info`:
+
+* ``residency``: ``shared`` (weights, constants), ``graph`` (one row per graph), ``node_type``/``edge_type``
+  (one row per type, e.g. a typed weight table), ``node`` (one row per node) or ``edge`` (one row per edge);
+* ``index``: for integer arrays, what they enumerate (``src``/``dst`` node ids of each edge, ``node_type``/
+  ``edge_type`` ids, or ``n_node``/``n_edge`` for graph ids derived from the counts). Index provenance flows
+  through the ops JAX inserts around a gather (negative-index wrapping, ``convert_element_type``,
+  ``broadcast_in_dim``, clamping), so raw jraph code is recognised, not only jgnn's combinator;
+* ``expanded``: a shared value broadcast along a graph axis (every row equal), e.g. the zeros a scatter starts
+  from;
+* ``reduced_by``: for node values made by a reduce, the index they were reduced over, so that gathering them
+  back along the same index is recognised as a *norm* (the two halves of a softmax).
+
+Every op gets a *movement*: ``broadcast_src``/``broadcast_dst`` (gather node rows to edges),
+``broadcast_type`` (gather a per-type or per-graph table), ``reduce`` (scatter edges to nodes, or nodes to
+graphs), ``norm`` (gather back a reduction along its own index) or ``dense`` (row-wise compute).
+
+A value that no rule explains (a gather by data-dependent indices, an unknown primitive on graph data) is
+``unknown``; the op that made it is recorded as a fallback with its reason, and everything computed from it
+is left to the reference program. The rules live in `RULES`, one per primitive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from jgnn import ir
+from jgnn.rowwise import ELEMENTWISE, is_rowwise
+
+SHARED, GRAPH, NODE_TYPE, EDGE_TYPE, NODE, EDGE, UNKNOWN = (
+    "shared", "graph", "node_type", "edge_type", "node", "edge", "unknown")
+GRAPH_AXES = (GRAPH, NODE, EDGE)
+MOVEMENTS = ("broadcast_src", "broadcast_dst", "broadcast_type", "reduce", "norm", "dense")
+
+
+@dataclasses.dataclass(frozen=True)
+class Info:
+    residency: str
+    index: str | None = None
+    expanded: bool = False
+    reduced_by: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InputTag:
+    """What a flat input of the traced function is: its role in a GraphsTuple, or ``shared``."""
+
+    role: str  # nodes, edges, senders, receivers, n_node, n_edge, globals, node_type, edge_type, shared
+    graph: int = 0
+
+
+INPUT_INFO = {
+    "nodes": Info(NODE), "edges": Info(EDGE), "globals": Info(GRAPH), "shared": Info(SHARED),
+    "senders": Info(EDGE, index="src"), "receivers": Info(EDGE, index="dst"),
+    "node_type": Info(NODE, index="node_type"), "edge_type": Info(EDGE, index="edge_type"),
+    "n_node": Info(GRAPH, index="n_node"), "n_edge": Info(GRAPH, index="n_edge"),
+}
+
+# What residency a gathered row lands at, for each index kind (gathers copy the index array's rows).
+_GATHER_MOVEMENT = {"src": "broadcast_src", "dst": "broadcast_dst", "node_type": "broadcast_type",
+                    "edge_type": "broadcast_type", "n_node": "broadcast_type", "n_edge": "broadcast_type"}
+_TYPE_TABLE = {"node_type": NODE_TYPE, "edge_type": EDGE_TYPE}
+
+# Ops through which an integer array keeps meaning the same ids.
+_INDEX_PRESERVING = frozenset({"convert_element_type", "broadcast_in_dim", "reshape", "squeeze", "copy",
+                               "copy_p", "clamp", "select_n", "add", "sub", "stop_gradient"})
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRecord:
+    """The analysis of one op, as `explain` shows it."""
+
+    primitive: str
+    movement: str
+    out_residency: str
+    index: str | None = None
+    shape: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    primitive: str
+    reason: str
+
+
+@dataclasses.dataclass
+class Analysis:
+    info: dict[int, Info]
+    records: dict[int, OpRecord]  # keyed by id(op)
+    fallbacks: list[Fallback]
+    sizes: dict[str, int]
+
+    def of(self, atom: ir.Atom) -> Info:
+        return Info(SHARED) if isinstance(atom, ir.Const) else self.info[atom.id]
+
+
+class _Unknown(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+def _join(infos: list[Info]) -> str:
+    """Residency of a row-wise op's output: the finest graph axis among its inputs."""
+    axes = {i.residency for i in infos if i.residency != SHARED and not i.expanded}
+    if not axes:
+        return SHARED
+    if len(axes) > 1:
+        raise _Unknown(f"combines {' and '.join(sorted(axes))} rows without a broadcast between them")
+    return axes.pop()
+
+
+def is_row_gather(op: ir.Op) -> bool:
+    """``operand[idx]`` along axis 0, taking whole rows (what ``x[senders]`` and ``jnp.take`` lower to)."""
+    dn = op.params.get("dimension_numbers")
+    operand, idx = op.inputs
+    return (dn is not None and tuple(dn.collapsed_slice_dims) == (0,) and tuple(dn.start_index_map) == (0,)
+            and tuple(op.params["slice_sizes"]) == (1, *operand.shape[1:])
+            and tuple(dn.offset_dims) == tuple(range(idx.ndim - 1, idx.ndim + operand.ndim - 2))
+            and not getattr(dn, "operand_batching_dims", ()) and idx.shape[-1:] == (1,))
+
+
+def is_row_scatter(op: ir.Op) -> bool:
+    """``operand.at[idx].op(updates)`` along axis 0 with whole rows (what ``segment_sum`` lowers to)."""
+    dn = op.params.get("dimension_numbers")
+    operand, idx, updates = op.inputs
+    return (dn is not None and tuple(dn.inserted_window_dims) == (0,)
+            and tuple(dn.scatter_dims_to_operand_dims) == (0,)
+            and tuple(dn.update_window_dims) == tuple(range(1, updates.ndim))
+            and not getattr(dn, "operand_batching_dims", ()) and idx.shape[-1:] == (1,))
+
+
+def _expands(op: ir.Op) -> bool:
+    (x,) = op.inputs
+    out = op.outputs[0]
+    return out.ndim > 0 and (0 not in op.params["broadcast_dimensions"] or (x.ndim > 0 and x.shape[0] == 1
+                                                                            and out.shape[0] != 1))
+
+
+# ---- rules: each takes (op, input infos, sizes) and returns (output infos, movement) ---------------------
+
+def _rule_gather(op, infos, sizes):
+    operand, idx = infos
+    if not is_row_gather(op):
+        if operand.residency in GRAPH_AXES or idx.residency in GRAPH_AXES:
+            raise _Unknown("gather that does not take whole rows along the leading axis")
+        return [Info(SHARED)], "dense"
+    if idx.index is None:
+        if idx.residency == SHARED:
+            if operand.residency == SHARED:
+                return [Info(SHARED)], "dense"
+            raise _Unknown("gather of graph rows by constant indices")
+        raise _Unknown("gather with data-dependent indices (not derived from senders, receivers, types or "
+                       "counts)")
+    movement = _GATHER_MOVEMENT[idx.index]
+    if idx.index in ("src", "dst"):
+        if operand.residency != NODE:
+            raise _Unknown(f"gather of {operand.residency} rows by {idx.index} node ids")
+        if operand.reduced_by == idx.index:
+            movement = "norm"
+        # A gathered id array still names the same kind of thing (e.g. the type of each edge's source).
+        keep = operand.index if operand.index in _TYPE_TABLE else None
+        return [Info(EDGE, index=keep)], movement
+    if operand.residency not in (SHARED, GRAPH) and operand.residency not in _TYPE_TABLE.values():
+        raise _Unknown(f"gather of {operand.residency} rows by {idx.index} ids")
+    return [Info(idx.residency)], movement
+
+
+def _rule_scatter_reduce(op, infos, sizes):
+    operand, idx, updates = infos
+    if not is_row_scatter(op) or idx.index is None:
+        if all(i.residency == SHARED for i in infos):
+            return [Info(SHARED)], "dense"
+        raise _Unknown("scatter with data-dependent indices or partial rows")
+    if idx.index in ("src", "dst") and updates.residency in (EDGE, SHARED) and operand.residency in (
+            SHARED, NODE):
+        return [Info(NODE, reduced_by=idx.index)], "reduce"
+    if idx.index in ("n_node", "n_edge"):
+        return [Info(GRAPH, index=None)], "reduce"
+    if idx.index in _TYPE_TABLE and operand.residency == SHARED:
+        return [Info(_TYPE_TABLE[idx.index])], "reduce"
+    raise _Unknown(f"scatter of {updates.residency} rows by {idx.index} ids into {operand.residency} rows")
+
+
+def _rule_broadcast_in_dim(op, infos, sizes):
+    (x,) = infos
+    if x.residency == SHARED or x.expanded:
+        return [Info(SHARED, expanded=_expands(op) or x.expanded)], "dense"
+    return _rule_dense(op, infos, sizes)
+
+
+def _index_out(op: ir.Op, infos: list[Info]) -> str | None:
+    """The id kind an index-preserving op keeps (JAX's wrap-negative-index code is add/select_n/clamp)."""
+    if op.name not in _INDEX_PRESERVING:
+        return None
+    if op.name == "select_n":  # the predicate is data; the cases must all be the same ids
+        cases = [infos[k].index for k in range(1, len(infos)) if not isinstance(op.inputs[k], ir.Const)]
+        return cases[0] if cases and all(c == cases[0] for c in cases) else None
+    kinds = {i.index for i, a in zip(infos, op.inputs, strict=True)
+             if not isinstance(a, ir.Const) and not (i.residency == SHARED and i.index is None)}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _rule_dense(op, infos, sizes):
+    batched = [i.residency in GRAPH_AXES + (NODE_TYPE, EDGE_TYPE) and not i.expanded for i in infos]
+    residency = _join(infos)
+    if residency == SHARED:
+        if op.name == "broadcast_in_dim":
+            return _rule_broadcast_in_dim(op, infos, sizes)
+        idx = _index_out(op, infos)
+        expanded = any(i.expanded for i in infos)
+        return [Info(SHARED, index=idx, expanded=expanded)] * len(op.outputs), "dense"
+    if is_rowwise(op, batched):
+        return [Info(residency, index=_index_out(op, infos))] * len(op.outputs), "dense"
+    if op.name.startswith("reduce_") and 0 in op.params.get("axes", ()) and residency in (NODE, EDGE):
+        return [Info(GRAPH)] * len(op.outputs), "reduce"
+    raise _Unknown(f"`{op.name}` mixes rows of the {residency} axis" if op.name in _KNOWN_NONROWWISE
+                   else f"unknown primitive `{op.name}` on {residency} data")
+
+
+_KNOWN_NONROWWISE = frozenset({"transpose", "reshape", "concatenate", "slice", "dynamic_slice", "sort",
+                               "cumsum", "cumprod", "cummax", "cummin", "rev", "pad", "dot_general",
+                               "reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin", "squeeze"})
+
+
+def _rule_counts(op, infos, sizes):
+    """Integer bookkeeping on n_node/n_edge (``jnp.repeat`` lowers to scatter + cumsum over them)."""
+    kinds = {i.index for i in infos if i.index in ("n_node", "n_edge")}
+    if len(kinds) != 1 or not all(i.index in kinds or i.residency == SHARED for i in infos):
+        return None
+    kind = kinds.pop()
+    size_key, axis = {"n_node": ("N", NODE), "n_edge": ("E", EDGE)}[kind]
+    rows = op.outputs[0].shape[0] if op.outputs[0].ndim else None
+    return [Info(axis if rows == sizes.get(size_key) else GRAPH, index=kind)] * len(op.outputs), "dense"
+
+
+RULES: dict[str, Callable] = {
+    "gather": _rule_gather,
+    "scatter-add": _rule_scatter_reduce, "scatter_add": _rule_scatter_reduce,
+    "scatter-max": _rule_scatter_reduce, "scatter_max": _rule_scatter_reduce,
+    "scatter-min": _rule_scatter_reduce, "scatter_min": _rule_scatter_reduce,
+    "scatter-mul": _rule_scatter_reduce, "scatter_mul": _rule_scatter_reduce,
+    "broadcast_in_dim": _rule_broadcast_in_dim,
+}
+
+
+def _apply(op: ir.Op, infos: list[Info], sizes) -> tuple[list[Info], str]:
+    counts = _rule_counts(op, infos, sizes) if any(i.index in ("n_node", "n_edge") for i in infos) else None
+    if counts is not None:
+        return counts
+    if op.name not in RULES and all(i.residency == SHARED and not i.expanded and i.index is None
+                                    for i in infos):
+        return [Info(SHARED)] * len(op.outputs), "dense"
+    return RULES.get(op.name, _rule_dense)(op, infos, sizes)
+
+
+def reported_residency(info: Info, value: ir.Value, sizes) -> str:
+    """Residency as shown to users: an expanded constant lives on the axis it was broadcast along."""
+    if info.expanded and value.ndim:
+        return {sizes.get("E"): EDGE, sizes.get("N"): NODE}.get(value.shape[0], SHARED)
+    return info.residency
+
+
+def analyze(program: ir.Program, tags: list[InputTag], sizes: dict[str, int]) -> Analysis:
+    """Label every value of ``program`` (see module docstring). ``sizes`` holds the static ``N`` and ``E``."""
+    info: dict[int, Info] = {v.id: INPUT_INFO[t.role] for v, t in zip(program.inputs, tags, strict=True)}
+    records: dict[int, OpRecord] = {}
+    fallbacks: list[Fallback] = []
+    analysis = Analysis(info, records, fallbacks, sizes)
+    for op in program.ops:
+        infos = [analysis.of(a) for a in op.inputs]
+        if any(i.residency == UNKNOWN for i in infos):
+            outs = [Info(UNKNOWN)] * len(op.outputs)  # inside a fallback region, already reported
+        else:
+            try:
+                outs, movement = _apply(op, infos, sizes)
+                records[id(op)] = OpRecord(op.name, movement, reported_residency(outs[0], op.outputs[0], sizes),
+                                           outs[0].index, op.outputs[0].shape if op.outputs else ())
+            except _Unknown as e:
+                outs = [Info(UNKNOWN)] * len(op.outputs)
+                fallbacks.append(Fallback(op.name, e.reason))
+        info.update((v.id, i) for v, i in zip(op.outputs, outs, strict=True))
+    _mark_type_tables(program, analysis)
+    return analysis
+
+
+def _mark_type_tables(program: ir.Program, analysis: Analysis) -> None:
+    """A shared table read through a type index lives at that type's residency (Graphiler's type broadcast)."""
+    for op in program.ops:
+        if op.name == "gather" and isinstance(op.inputs[0], ir.Value) and id(op) in analysis.records:
+            idx = analysis.of(op.inputs[1])
+            if idx.index in _TYPE_TABLE and analysis.of(op.inputs[0]).residency == SHARED:
+                analysis.info[op.inputs[0].id] = dataclasses.replace(
+                    analysis.info[op.inputs[0].id], residency=_TYPE_TABLE[idx.index])
+
+
+def body_is_rowwise(body: ir.Program, batched) -> bool:
+    """Whether a custom_jvp/vjp body maps rows to rows, given which of its inputs are batched."""
+    flags = {v.id: b for v, b in zip(body.inputs, batched, strict=True)}
+    for op in body.ops:
+        ins = [isinstance(a, ir.Value) and flags.get(a.id, False) for a in op.inputs]
+        if any(ins) and not (op.name in ELEMENTWISE or is_rowwise(op, ins)):
+            return False
+        flags.update((v.id, any(ins)) for v in op.outputs)
+    return True
+
+
+def edge_fraction(sizes: dict[str, int]) -> float:
+    return sizes.get("E", 0) / max(sizes.get("N", 1), 1)
+
+
+def nbytes(value: ir.Value) -> int:
+    return int(np.prod(value.shape, dtype=np.int64)) * np.dtype(value.dtype).itemsize
