@@ -7,7 +7,8 @@ import pytest
 
 jax.config.update("jax_enable_x64", False)
 
-DATA_DIR = pathlib.Path(os.environ.get("JGNN_DATA_DIR", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
+_SIBLING_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = pathlib.Path(os.environ.get("JGNN_DATA_DIR", _SIBLING_DATA))
 
 
 def has_gpu() -> bool:
