@@ -32,7 +32,7 @@ JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[
 #: Custom-call target name the Triton lowering emits (checked by the lowering tests).
 TRITON_CUSTOM_CALL = "__gpu$xla.gpu.triton"
 
-_CompilerParams = getattr(plgpu, "CompilerParams", None) or getattr(plgpu, "TritonCompilerParams")
+_CompilerParams = getattr(plgpu, "CompilerParams", None) or plgpu.TritonCompilerParams
 
 
 def triton_compiler_params(num_warps: int = 4, num_stages: int = 2) -> Any:

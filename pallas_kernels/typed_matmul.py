@@ -1,0 +1,211 @@
+"""Typed (segment) matmul, Hector's ``Y[S] = X[G] · W[T]``: each row is multiplied by its type's weight.
+
+Rows (``x[gather_idx]`` when ``gather_idx`` is given, else ``x``) are already sorted by type;
+``group_sizes[t]`` rows of type ``t`` follow each other; rows past ``sum(group_sizes)`` give 0 (the
+``jax.lax.ragged_dot`` convention). ``w`` is ``[T, din, dout]``. No ``[S, din, dout]`` tensor is ever
+built.
+
+Two implementations:
+
+* ``impl="pallas"``: a Triton kernel over (row tile, output-column tile); a row tile that straddles
+  several types loops over those types with rows of other types masked out. Its custom VJP computes
+  ``dx`` with the same kernel on ``w^T`` and ``dW`` with one program per (type, din tile, dout tile)
+  that walks that type's rows (per-program partials: every ``dW`` tile has one owner, no atomics).
+  With ``gather_idx`` the ``dx`` rows are scatter-added back by XLA (may be nondeterministic on GPU).
+* ``impl="ragged_dot"``: ``jax.lax.ragged_dot`` (XLA's grouped GEMM) and its built-in autodiff.
+
+``impl="auto"`` picks :data:`AUTO_IMPL`; see :data:`AUTO_IMPL_REASON`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels import _access as acc
+from pallas_kernels import compat
+from pallas_kernels._config import next_pow2
+
+AUTO_IMPL = "ragged_dot"
+AUTO_IMPL_REASON = (
+    "ragged_dot by default: XLA's grouped GEMM is the vendor-tuned path. The Pallas-vs-ragged_dot "
+    "comparison on a GPU is PENDING (no GPU run recorded yet); update AUTO_IMPL with the measured winner."
+)
+
+
+class MatmulBlock(NamedTuple):
+    bm: int  # rows per tile
+    bk: int  # contraction chunk
+    bn: int  # output columns per tile
+
+
+def matmul_block(din: int, dout: int) -> MatmulBlock:
+    """Power-of-two tiles; >= 16 on every dot dimension (Triton's ``tl.dot`` minimum)."""
+    return MatmulBlock(32, max(16, min(32, next_pow2(din))), max(16, min(64, next_pow2(dout))))
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _group_offsets(group_sizes: jax.Array) -> jax.Array:
+    return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(group_sizes.astype(jnp.int32))])
+
+
+def _tile_types(offsets: jax.Array, num_rows: int, bm: int) -> tuple[jax.Array, jax.Array]:
+    """(first, last) type touching each row tile; last < first for tiles past the typed rows."""
+    num_tiles = _cdiv(num_rows, bm)
+    total = offsets[-1]
+    r0 = jnp.arange(num_tiles, dtype=jnp.int32) * bm
+    r1 = jnp.minimum(r0 + bm, total) - 1
+    ends = offsets[1:]
+    t0 = jnp.searchsorted(ends, r0, side="right").astype(jnp.int32)
+    t1 = jnp.searchsorted(ends, r1, side="right").astype(jnp.int32)
+    return t0, jnp.where(r0 < total, t1, t0 - 1)
+
+
+def _load_rows(x_ref, idx_ref, rows, row_ok, kcols, din, *, gathered: bool, interpret: bool):
+    src_rows = acc.load_vector(idx_ref, rows, row_ok, 0, interpret=interpret) if gathered else rows
+    mask = row_ok[:, None] & (kcols < din)
+    return acc.masked_load(x_ref, (src_rows[:, None], kcols), mask, 0, interpret=interpret)
+
+
+def _fwd_kernel(x_ref, idx_ref, w_ref, off_ref, t0_ref, t1_ref, out_ref, *, blk, din, dout, num_rows,
+                gathered, interpret):
+    i, j = compat.program_id(0), compat.program_id(1)
+    rows = i * blk.bm + jax.lax.broadcasted_iota(jnp.int32, (blk.bm,), 0)
+    ncols = j * blk.bn + jax.lax.broadcasted_iota(jnp.int32, (1, blk.bn), 1)
+    t0 = acc.load_scalar(t0_ref, i, interpret=interpret)
+    t1 = acc.load_scalar(t1_ref, i, interpret=interpret)
+
+    def per_type(t, out):
+        lo = acc.load_scalar(off_ref, t, interpret=interpret)
+        hi = acc.load_scalar(off_ref, t + 1, interpret=interpret)
+        row_ok = (rows >= lo) & (rows < hi)
+
+        def per_k(k, out):
+            kcols = k * blk.bk + jax.lax.broadcasted_iota(jnp.int32, (1, blk.bk), 1)
+            xt = _load_rows(x_ref, idx_ref, rows, row_ok, kcols, din, gathered=gathered, interpret=interpret)
+            kk = k * blk.bk + jax.lax.broadcasted_iota(jnp.int32, (blk.bk, 1), 0)
+            wt = acc.masked_load(w_ref, (t, kk, ncols), (kk < din) & (ncols < dout), 0, interpret=interpret)
+            return out + jnp.dot(xt, wt, preferred_element_type=jnp.float32)
+
+        return compat.fori_loop(0, _cdiv(din, blk.bk), per_k, out)
+
+    out = compat.fori_loop(t0, t1 + 1, per_type, jnp.zeros((blk.bm, blk.bn), jnp.float32))
+    mask = (rows < num_rows)[:, None] & (ncols < dout)
+    acc.masked_store(out_ref, (rows[:, None], ncols), out, mask, interpret=interpret)
+
+
+def _dw_kernel(x_ref, idx_ref, dy_ref, off_ref, dw_ref, *, blk, din, dout, gathered, interpret):
+    t, kb, j = compat.program_id(0), compat.program_id(1), compat.program_id(2)
+    kcols = kb * blk.bk + jax.lax.broadcasted_iota(jnp.int32, (1, blk.bk), 1)
+    ncols = j * blk.bn + jax.lax.broadcasted_iota(jnp.int32, (1, blk.bn), 1)
+    lo = acc.load_scalar(off_ref, t, interpret=interpret)
+    hi = acc.load_scalar(off_ref, t + 1, interpret=interpret)
+
+    def body(c, part):
+        rows = lo + c * blk.bm + jax.lax.broadcasted_iota(jnp.int32, (blk.bm,), 0)
+        row_ok = rows < hi
+        xt = _load_rows(x_ref, idx_ref, rows, row_ok, kcols, din, gathered=gathered, interpret=interpret)
+        dyt = acc.masked_load(dy_ref, (rows[:, None], ncols), row_ok[:, None] & (ncols < dout), 0,
+                              interpret=interpret)
+        return part + jnp.dot(xt.T, dyt, preferred_element_type=jnp.float32)
+
+    part = compat.fori_loop(0, (hi - lo + blk.bm - 1) // blk.bm, body, jnp.zeros((blk.bk, blk.bn), jnp.float32))
+    kk = kb * blk.bk + jax.lax.broadcasted_iota(jnp.int32, (blk.bk, 1), 0)
+    acc.masked_store(dw_ref, (t, kk, ncols), part, (kk < din) & (ncols < dout), interpret=interpret)
+
+
+def _pallas_forward(x, w, group_sizes, gather_idx, num_rows, interpret, out_dtype):
+    din, dout = w.shape[1], w.shape[2]
+    blk = matmul_block(din, dout)
+    offsets = _group_offsets(group_sizes)
+    t0, t1 = _tile_types(offsets, num_rows, blk.bm)
+    gathered = gather_idx is not None
+    idx = gather_idx if gathered else jnp.zeros((1,), jnp.int32)
+    kern = functools.partial(_fwd_kernel, blk=blk, din=din, dout=dout, num_rows=num_rows, gathered=gathered,
+                             interpret=interpret)
+    return compat.pallas_call(
+        kern, out_shape=jax.ShapeDtypeStruct((num_rows, dout), out_dtype),
+        grid=(_cdiv(num_rows, blk.bm), _cdiv(dout, blk.bn)), interpret=interpret, num_warps=4, num_stages=2,
+        name="gnn_typed_matmul",
+    )(x, idx.astype(jnp.int32), w, offsets, t0, t1)
+
+
+def _pallas_dw(x, dy, group_sizes, gather_idx, w_shape, w_dtype, interpret):
+    num_types, din, dout = w_shape
+    blk = matmul_block(din, dout)
+    gathered = gather_idx is not None
+    idx = gather_idx if gathered else jnp.zeros((1,), jnp.int32)
+    kern = functools.partial(_dw_kernel, blk=blk, din=din, dout=dout, gathered=gathered, interpret=interpret)
+    return compat.pallas_call(
+        kern, out_shape=jax.ShapeDtypeStruct(w_shape, w_dtype),
+        grid=(num_types, _cdiv(din, blk.bk), _cdiv(dout, blk.bn)), interpret=interpret, num_warps=4,
+        num_stages=2, name="gnn_typed_matmul_dw",
+    )(x, idx.astype(jnp.int32), dy, _group_offsets(group_sizes))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _typed_matmul_pallas(x, w, group_sizes, gather_idx, num_rows, interpret):
+    dtype = jnp.result_type(x.dtype, w.dtype)
+    return _pallas_forward(x, w, group_sizes, gather_idx, num_rows, interpret, dtype)
+
+
+def _tm_fwd(x, w, group_sizes, gather_idx, num_rows, interpret):
+    return _typed_matmul_pallas(x, w, group_sizes, gather_idx, num_rows, interpret), (x, w, group_sizes,
+                                                                                     gather_idx)
+
+
+def _tm_bwd(num_rows, interpret, res, g):
+    x, w, group_sizes, gather_idx = res
+    dx_rows = _pallas_forward(g, jnp.swapaxes(w, 1, 2), group_sizes, None, num_rows, interpret, jnp.float32)
+    if gather_idx is None:
+        dx = dx_rows.astype(x.dtype)
+    else:
+        dx = jnp.zeros(x.shape, jnp.float32).at[gather_idx].add(dx_rows).astype(x.dtype)
+    dw = _pallas_dw(x, g, group_sizes, gather_idx, w.shape, w.dtype, interpret)
+    return dx, dw, None, None
+
+
+_typed_matmul_pallas.defvjp(_tm_fwd, _tm_bwd)
+
+
+def typed_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, gather_idx: jax.Array | None = None,
+                 impl: str = "auto", interpret: bool = False) -> jax.Array:
+    """``[S, dout]``: ``rows[s] @ w[type(s)]`` with ``rows = x[gather_idx]`` (or ``x``), sorted by type.
+
+    Args:
+      x: ``[N, din]`` float32/bfloat16.
+      w: ``[T, din, dout]``.
+      group_sizes: int32[T], rows per type (sum <= S; the remaining rows give 0).
+      gather_idx: optional int32[S] row ids into ``x``.
+      impl: "pallas" | "ragged_dot" | "auto" (:data:`AUTO_IMPL`, see :data:`AUTO_IMPL_REASON`).
+      interpret: Pallas interpreter (only for impl="pallas").
+    """
+    impl = AUTO_IMPL if impl == "auto" else impl
+    num_rows = x.shape[0] if gather_idx is None else gather_idx.shape[0]
+    group_sizes = jnp.asarray(group_sizes, jnp.int32)
+    if impl == "pallas":
+        gi = None if gather_idx is None else jnp.asarray(gather_idx, jnp.int32)
+        return _typed_matmul_pallas(x, w, group_sizes, gi, num_rows, interpret)
+    if impl == "ragged_dot":
+        rows = x if gather_idx is None else x[gather_idx]
+        dtype = jnp.result_type(x.dtype, w.dtype)
+        return compat.ragged_dot(rows, w, group_sizes).astype(dtype)
+    raise ValueError(f"impl must be 'pallas', 'ragged_dot' or 'auto', got {impl!r}")
+
+
+def typed_matmul_reference(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *,
+                           gather_idx: jax.Array | None = None) -> jax.Array:
+    """Pure-jnp reference: per-row type via ``searchsorted`` and a per-type loop (no [S, din, dout])."""
+    rows = (x if gather_idx is None else x[gather_idx]).astype(jnp.float32)
+    offsets = _group_offsets(jnp.asarray(group_sizes, jnp.int32))
+    r = jnp.arange(rows.shape[0], dtype=jnp.int32)
+    types = jnp.searchsorted(offsets[1:], r, side="right")
+    out = jnp.zeros((rows.shape[0], w.shape[2]), jnp.float32)
+    for t in range(w.shape[0]):
+        out = out + jnp.where((types == t)[:, None], rows @ w[t].astype(jnp.float32), 0.0)
+    return out.astype(jnp.result_type(x.dtype, w.dtype))
