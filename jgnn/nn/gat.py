@@ -1,0 +1,142 @@
+"""Graph attention: GAT (Veličković et al., 2018) and GATv2 (Brody et al., 2022)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import jraph
+
+from jgnn import graph as graph_lib
+from jgnn import mailbox
+from jgnn.message_passing import message_passing
+from jgnn.nn import _utils
+
+
+def _attention_rho(mb, node):
+    """Softmax over the incoming edges per head, optional dropout mask, weighted sum of the values."""
+    alpha = mailbox.softmax(mb["logit"])  # [deg, H]
+    if "mask" in mb:
+        alpha = alpha * mb["mask"]
+    return mailbox.sum(alpha[..., None] * mb["value"])  # [H, C]
+
+
+def _heads_out(agg, concat: bool, bias):
+    out = agg.reshape(-1) if concat else jnp.mean(agg, axis=0)
+    return out if bias is None else out + bias
+
+
+class GATConv(nn.Module):
+    r"""Graph attention layer, as PyG's ``GATConv``.
+
+    With :math:`z_j = W x_j \in \mathbb{R}^{H \times C}` (``H = num_heads``, ``C = features``):
+
+    .. math::
+        e_{ij}^h = \mathrm{LeakyReLU}(a_s^h \cdot z_j^h + a_d^h \cdot z_i^h), \quad
+        \alpha_{ij}^h = \mathrm{softmax}_{j \in \mathcal{N}(i)}(e_{ij}^h), \quad
+        h_i'^h = \sum_j \alpha_{ij}^h z_j^h
+
+    and the heads are concatenated (width ``H*C``) or averaged (``concat=False``, width ``C``), plus a bias.
+    ``dropout`` drops input features; ``attention_dropout`` drops normalised coefficients
+    :math:`\alpha` (rng collection ``"dropout"``; both only when ``deterministic=False``).
+    ``add_self_loops`` appends an ``i -> i`` edge per node. Nodes without in-edges get the bias.
+    """
+
+    features: int
+    num_heads: int = 1
+    concat: bool = True
+    negative_slope: float = 0.2
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    add_self_loops: bool = True
+    use_bias: bool = True
+    backend: str = "auto"
+    remat: str = "auto"
+
+    @nn.compact
+    def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jraph.GraphsTuple:
+        graph_lib.validate(graph)
+        x = _utils.node_features(graph)
+        h, c = self.num_heads, self.features
+        kernel = self.param("kernel", nn.initializers.glorot_uniform(), (x.shape[-1], h * c), jnp.float32)
+        att_src = self.param("att_src", nn.initializers.glorot_uniform(), (h, c), jnp.float32)
+        att_dst = self.param("att_dst", nn.initializers.glorot_uniform(), (h, c), jnp.float32)
+        width = h * c if self.concat else c
+        bias = self.param("bias", nn.initializers.zeros, (width,), jnp.float32) if self.use_bias else None
+        x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+        g = _utils.add_self_loops(graph) if self.add_self_loops else graph
+        if self.add_self_loops:
+            layout = None
+        mask = _utils.edge_dropout_mask(self, graph_lib.num_edges(g), (h,), self.attention_dropout, deterministic)
+        slope, concat = self.negative_slope, self.concat
+
+        def phi(src, dst, edge):
+            z_src = (src @ kernel).reshape(h, c)
+            z_dst = (dst @ kernel).reshape(h, c)
+            logit = jnp.sum(z_src * att_src, -1) + jnp.sum(z_dst * att_dst, -1)
+            message = {"logit": jax.nn.leaky_relu(logit, slope), "value": z_src}
+            if edge is not None:
+                message["mask"] = edge["mask"]
+            return message
+
+        layer = message_passing(phi, _attention_rho, lambda node, agg: _heads_out(agg, concat, bias),
+                                backend=self.backend, remat=self.remat)
+        edges = None if mask is None else {"mask": mask}
+        out = layer(g._replace(nodes=x, edges=edges), layout=layout).nodes
+        return _utils.with_features(graph, out)
+
+
+class GATv2Conv(nn.Module):
+    r"""GATv2 (Brody et al., 2022), as PyG's ``GATv2Conv`` (``share_weights=False``).
+
+    With :math:`l_j = W_l x_j`, :math:`r_i = W_r x_i` (each ``H x C``):
+
+    .. math::
+        e_{ij}^h = a^h \cdot \mathrm{LeakyReLU}(l_j^h + r_i^h), \quad
+        \alpha_{ij}^h = \mathrm{softmax}_{j}(e_{ij}^h), \quad h_i'^h = \sum_j \alpha_{ij}^h l_j^h
+
+    Heads concatenated (``H*C``) or averaged (``C``), plus a bias; dropout options as `GATConv`.
+    """
+
+    features: int
+    num_heads: int = 1
+    concat: bool = True
+    negative_slope: float = 0.2
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    add_self_loops: bool = True
+    use_bias: bool = True
+    backend: str = "auto"
+    remat: str = "auto"
+
+    @nn.compact
+    def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jraph.GraphsTuple:
+        graph_lib.validate(graph)
+        x = _utils.node_features(graph)
+        h, c = self.num_heads, self.features
+        w_l = self.param("kernel_src", nn.initializers.glorot_uniform(), (x.shape[-1], h * c), jnp.float32)
+        w_r = self.param("kernel_dst", nn.initializers.glorot_uniform(), (x.shape[-1], h * c), jnp.float32)
+        att = self.param("att", nn.initializers.glorot_uniform(), (h, c), jnp.float32)
+        width = h * c if self.concat else c
+        bias = self.param("bias", nn.initializers.zeros, (width,), jnp.float32) if self.use_bias else None
+        x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+        g = _utils.add_self_loops(graph) if self.add_self_loops else graph
+        if self.add_self_loops:
+            layout = None
+        mask = _utils.edge_dropout_mask(self, graph_lib.num_edges(g), (h,), self.attention_dropout, deterministic)
+        slope, concat = self.negative_slope, self.concat
+
+        def phi(src, dst, edge):
+            l_src = (src @ w_l).reshape(h, c)
+            r_dst = (dst @ w_r).reshape(h, c)
+            logit = jnp.sum(jax.nn.leaky_relu(l_src + r_dst, slope) * att, -1)
+            message = {"logit": logit, "value": l_src}
+            if edge is not None:
+                message["mask"] = edge["mask"]
+            return message
+
+        layer = message_passing(phi, _attention_rho, lambda node, agg: _heads_out(agg, concat, bias),
+                                backend=self.backend, remat=self.remat)
+        edges = None if mask is None else {"mask": mask}
+        out = layer(g._replace(nodes=x, edges=edges), layout=layout).nodes
+        return _utils.with_features(graph, out)
