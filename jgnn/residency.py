@@ -62,12 +62,12 @@ INPUT_INFO = {
 }
 
 # What residency a gathered row lands at, for each index kind (gathers copy the index array's rows).
-_GATHER_MOVEMENT = {"src": "broadcast_src", "dst": "broadcast_dst", "node_type": "broadcast_type",
+_GATHER_MOVEMENT = {"node_id": "dense", "src": "broadcast_src", "dst": "broadcast_dst", "node_type": "broadcast_type",
                     "edge_type": "broadcast_type", "n_node": "broadcast_type", "n_edge": "broadcast_type"}
 _TYPE_TABLE = {"node_type": NODE_TYPE, "edge_type": EDGE_TYPE}
 
 # Ops through which an integer array keeps meaning the same ids.
-_INDEX_PRESERVING = frozenset({"convert_element_type", "broadcast_in_dim", "reshape", "squeeze", "copy",
+_INDEX_PRESERVING = frozenset({"concatenate", "convert_element_type", "broadcast_in_dim", "reshape", "squeeze", "copy",
                                "copy_p", "clamp", "select_n", "add", "sub", "stop_gradient"})
 
 
@@ -118,13 +118,23 @@ def _join(infos: list[Info]) -> str:
 
 
 def is_row_gather(op: ir.Op) -> bool:
-    """``operand[idx]`` along axis 0, taking whole rows (what ``x[senders]`` and ``jnp.take`` lower to)."""
+    """``operand[idx]`` along axis 0, taking whole rows.
+
+    Two forms: ``x[senders]``/``jnp.take`` (index column ``[K, 1]``, axis 0 collapsed) and the batched
+    ``dynamic_slice`` that ``vmap`` makes of ``W[t]`` (index columns ``[t, 0, ...]``, nothing collapsed). In
+    the second, every other slice spans its whole axis, so its start can only be 0 and column 0 picks the row.
+    """
     dn = op.params.get("dimension_numbers")
     operand, idx = op.inputs
-    return (dn is not None and tuple(dn.collapsed_slice_dims) == (0,) and tuple(dn.start_index_map) == (0,)
-            and tuple(op.params["slice_sizes"]) == (1, *operand.shape[1:])
-            and tuple(dn.offset_dims) == tuple(range(idx.ndim - 1, idx.ndim + operand.ndim - 2))
-            and not getattr(dn, "operand_batching_dims", ()) and idx.shape[-1:] == (1,))
+    if dn is None or getattr(dn, "operand_batching_dims", ()) or idx.ndim != 2:
+        return False
+    if tuple(op.params["slice_sizes"]) != (1, *operand.shape[1:]):
+        return False
+    cols = idx.shape[-1]
+    taken = tuple(dn.start_index_map) == tuple(range(cols))
+    if tuple(dn.collapsed_slice_dims) == (0,):
+        return taken and cols == 1 and tuple(dn.offset_dims) == tuple(range(1, operand.ndim))
+    return taken and not dn.collapsed_slice_dims and tuple(dn.offset_dims) == tuple(range(1, operand.ndim + 1))
 
 
 def is_row_scatter(op: ir.Op) -> bool:
@@ -160,6 +170,8 @@ def _rule_gather(op, infos, sizes):
         raise _Unknown("gather with data-dependent indices (not derived from senders, receivers, types or "
                        "counts)")
     movement = _GATHER_MOVEMENT[idx.index]
+    if idx.index == "node_id" and operand.residency == NODE:
+        return [Info(NODE, index=operand.index)], movement
     if idx.index in ("src", "dst"):
         if operand.residency != NODE:
             raise _Unknown(f"gather of {operand.residency} rows by {idx.index} node ids")
@@ -200,6 +212,10 @@ def _index_out(op: ir.Op, infos: list[Info]) -> str | None:
     """The id kind an index-preserving op keeps (JAX's wrap-negative-index code is add/select_n/clamp)."""
     if op.name not in _INDEX_PRESERVING:
         return None
+    if op.name == "concatenate":  # [ids, 0, ...] columns of a batched dynamic_slice: column 0 names the row
+        if op.params["dimension"] == op.outputs[0].ndim - 1 and all(i.residency == SHARED for i in infos[1:]):
+            return infos[0].index
+        return None
     if op.name == "select_n":  # the predicate is data; the cases must all be the same ids
         cases = [infos[k].index for k in range(1, len(infos)) if not isinstance(op.inputs[k], ir.Const)]
         return cases[0] if cases and all(c == cases[0] for c in cases) else None
@@ -221,13 +237,16 @@ def _rule_dense(op, infos, sizes):
         return [Info(residency, index=_index_out(op, infos))] * len(op.outputs), "dense"
     if op.name.startswith("reduce_") and 0 in op.params.get("axes", ()) and residency in (NODE, EDGE):
         return [Info(GRAPH)] * len(op.outputs), "reduce"
+    if op.name in _DATA_DEPENDENT:
+        raise _Unknown(f"`{op.name}` makes a data-dependent permutation of the {residency} rows")
     raise _Unknown(f"`{op.name}` mixes rows of the {residency} axis" if op.name in _KNOWN_NONROWWISE
                    else f"unknown primitive `{op.name}` on {residency} data")
 
 
-_KNOWN_NONROWWISE = frozenset({"transpose", "reshape", "concatenate", "slice", "dynamic_slice", "sort",
-                               "cumsum", "cumprod", "cummax", "cummin", "rev", "pad", "dot_general",
-                               "reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin", "squeeze"})
+_DATA_DEPENDENT = frozenset({"sort", "top_k", "argsort"})
+_KNOWN_NONROWWISE = frozenset({"transpose", "reshape", "concatenate", "slice", "dynamic_slice", "cumsum",
+                               "cumprod", "cummax", "cummin", "rev", "pad", "dot_general", "reduce_sum",
+                               "reduce_max", "reduce_min", "argmax", "argmin", "squeeze"})
 
 
 def _rule_counts(op, infos, sizes):
@@ -241,7 +260,33 @@ def _rule_counts(op, infos, sizes):
     return [Info(axis if rows == sizes.get(size_key) else GRAPH, index=kind)] * len(op.outputs), "dense"
 
 
+def _rule_iota(op, infos, sizes):
+    """``arange(N)`` names every node once: the self-loop half of an edge list with self edges."""
+    out = op.outputs[0]
+    if out.ndim == 1 and op.params.get("dimension", 0) == 0 and out.shape[0] == sizes.get("N"):
+        return [Info(NODE, index="node_id")], "dense"
+    return [Info(SHARED)], "dense"
+
+
+def _rule_concatenate(op, infos, sizes):
+    """Along axis 0, concatenation appends rows: edges plus one row per node is a new (self-loop) edge set."""
+    if op.params["dimension"] != 0:
+        return _rule_dense(op, infos, sizes)
+    kinds = {i.index for i in infos}
+    if all(i.index is not None for i in infos) and len(kinds - {"node_id"}) == 1 and kinds - {"node_id"} <= {
+            "src", "dst"}:
+        return [Info(EDGE, index=(kinds - {"node_id"}).pop())], "dense"
+    residencies = {i.residency for i in infos}
+    if EDGE in residencies and residencies <= {EDGE, NODE, SHARED}:
+        return [Info(EDGE)], "dense"
+    if all(i.residency == SHARED for i in infos):
+        return [Info(SHARED, expanded=any(i.expanded for i in infos))], "dense"
+    raise _Unknown(f"concatenation of {' and '.join(sorted(residencies))} rows along the leading axis")
+
+
 RULES: dict[str, Callable] = {
+    "iota": _rule_iota,
+    "concatenate": _rule_concatenate,
     "gather": _rule_gather,
     "scatter-add": _rule_scatter_reduce, "scatter_add": _rule_scatter_reduce,
     "scatter-max": _rule_scatter_reduce, "scatter_max": _rule_scatter_reduce,

@@ -72,7 +72,8 @@ def _transpose(op: Op, batched) -> bool:
 
 
 def _concatenate(op: Op, batched) -> bool:
-    return op.params["dimension"] != 0 and all(b for b in batched)
+    # Unbatched pieces are constant columns shared by every row (e.g. the zero starts of a batched slice).
+    return op.params["dimension"] != 0
 
 
 def _squeeze(op: Op, batched) -> bool:
