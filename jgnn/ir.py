@@ -190,3 +190,13 @@ def users(program: Program) -> dict[int, list[Op]]:
 
 def producers(program: Program) -> dict[int, Op]:
     return {v.id: op for op in program.ops for v in op.outputs}
+
+
+def new_op(prim, inputs: Sequence[Atom], params: dict, *, origin: str, outputs: Sequence[Value] | None = None) -> Op:
+    """An op binding ``prim``; output shapes come from JAX's own shape rule (``jax.eval_shape``)."""
+    if outputs is None:
+        specs = [a.value if isinstance(a, Const) else jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
+        out = jax.eval_shape(lambda *xs: bind_primitive(prim, params, xs), *specs)
+        outs = out if prim.multiple_results else [out]
+        outputs = [Value(tuple(o.shape), o.dtype) for o in outs]
+    return Op(prim.name, tuple(inputs), tuple(outputs), dict(params), prim, origin=origin)

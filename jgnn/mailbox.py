@@ -25,7 +25,7 @@ from jax.extend import core as jcore
 from jax.interpreters import mlir
 
 from jgnn import ir
-from jgnn.rowwise import is_rowwise
+from jgnn.rowwise import out_axis
 
 
 class UnsupportedMailboxOp(TypeError):
@@ -138,7 +138,8 @@ def _lower_reduction(op: ir.Op, x, kind_in: str, receivers, num_nodes: int):
 
 def _lower_rowwise(op: ir.Op, vals, ks, receivers):
     if EDGE in ks:
-        if not is_rowwise(op, [k == EDGE for k in ks]):
+        # The mailbox axis must stay the leading axis: then each per-edge evaluation is one mailbox row.
+        if out_axis(op, [0 if k == EDGE else None for k in ks]) != 0:
             raise UnsupportedMailboxOp(
                 f"rho applies `{op.name}` across the mailbox axis; only jgnn.sum/mean/max/min/softmax may "
                 f"combine a node's incoming messages")

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from jgnn import ir
-from jgnn.rowwise import ELEMENTWISE, is_rowwise
+from jgnn.rowwise import out_axis
 
 SHARED, GRAPH, NODE_TYPE, EDGE_TYPE, NODE, EDGE, UNKNOWN = (
     "shared", "graph", "node_type", "edge_type", "node", "edge", "unknown")
@@ -44,6 +44,7 @@ class Info:
     index: str | None = None
     expanded: bool = False
     reduced_by: str | None = None
+    axis: int = 0  # where the graph axis is (a multi-head einsum may move it off 0 and back)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,24 +118,31 @@ def _join(infos: list[Info]) -> str:
     return axes.pop()
 
 
-def is_row_gather(op: ir.Op) -> bool:
-    """``operand[idx]`` along axis 0, taking whole rows.
+def row_gather_axis(op: ir.Op) -> int | None:
+    """The axis along which ``op`` gathers whole rows by a ``[K, c]`` index array, or None.
 
-    Two forms: ``x[senders]``/``jnp.take`` (index column ``[K, 1]``, axis 0 collapsed) and the batched
-    ``dynamic_slice`` that ``vmap`` makes of ``W[t]`` (index columns ``[t, 0, ...]``, nothing collapsed). In
-    the second, every other slice spans its whole axis, so its start can only be 0 and column 0 picks the row.
+    Accepted forms: ``x[senders]``/``jnp.take`` (one index column, that axis collapsed), the batched
+    ``dynamic_slice`` that ``vmap`` makes of ``W[t]`` (columns ``[t, 0, ...]``, nothing collapsed: every other
+    slice spans its whole axis, so its start can only be 0), and the gathers along axis ``p`` that broadcast
+    reordering emits for values whose row axis a multi-head einsum moved.
     """
     dn = op.params.get("dimension_numbers")
     operand, idx = op.inputs
     if dn is None or getattr(dn, "operand_batching_dims", ()) or idx.ndim != 2:
-        return False
-    if tuple(op.params["slice_sizes"]) != (1, *operand.shape[1:]):
-        return False
-    cols = idx.shape[-1]
-    taken = tuple(dn.start_index_map) == tuple(range(cols))
-    if tuple(dn.collapsed_slice_dims) == (0,):
-        return taken and cols == 1 and tuple(dn.offset_dims) == tuple(range(1, operand.ndim))
-    return taken and not dn.collapsed_slice_dims and tuple(dn.offset_dims) == tuple(range(1, operand.ndim + 1))
+        return None
+    sizes, cols = tuple(op.params["slice_sizes"]), idx.shape[-1]
+    collapsed, starts, offsets = tuple(dn.collapsed_slice_dims), tuple(dn.start_index_map), tuple(dn.offset_dims)
+    if len(collapsed) == 1 and cols == 1 and starts == collapsed:
+        p = collapsed[0]
+        whole = sizes == tuple(1 if d == p else n for d, n in enumerate(operand.shape))
+        return p if whole and offsets == tuple(d for d in range(operand.ndim) if d != p) else None
+    if not collapsed and starts == tuple(range(cols)) and sizes == (1, *operand.shape[1:]):
+        return 0 if offsets == tuple(range(1, operand.ndim + 1)) else None
+    return None
+
+
+def is_row_gather(op: ir.Op) -> bool:
+    return row_gather_axis(op) is not None
 
 
 def is_row_scatter(op: ir.Op) -> bool:
@@ -158,7 +166,8 @@ def _expands(op: ir.Op) -> bool:
 
 def _rule_gather(op, infos, sizes):
     operand, idx = infos
-    if not is_row_gather(op):
+    axis = row_gather_axis(op)
+    if axis is None:
         if operand.residency in GRAPH_AXES or idx.residency in GRAPH_AXES:
             raise _Unknown("gather that does not take whole rows along the leading axis")
         return [Info(SHARED)], "dense"
@@ -173,13 +182,13 @@ def _rule_gather(op, infos, sizes):
     if idx.index == "node_id" and operand.residency == NODE:
         return [Info(NODE, index=operand.index)], movement
     if idx.index in ("src", "dst"):
-        if operand.residency != NODE:
+        if operand.residency != NODE or operand.axis != axis:
             raise _Unknown(f"gather of {operand.residency} rows by {idx.index} node ids")
         if operand.reduced_by == idx.index:
             movement = "norm"
         # A gathered id array still names the same kind of thing (e.g. the type of each edge's source).
         keep = operand.index if operand.index in _TYPE_TABLE else None
-        return [Info(EDGE, index=keep)], movement
+        return [Info(EDGE, index=keep, axis=axis)], movement
     if operand.residency not in (SHARED, GRAPH) and operand.residency not in _TYPE_TABLE.values():
         raise _Unknown(f"gather of {operand.residency} rows by {idx.index} ids")
     return [Info(idx.residency)], movement
@@ -191,8 +200,8 @@ def _rule_scatter_reduce(op, infos, sizes):
         if all(i.residency == SHARED for i in infos):
             return [Info(SHARED)], "dense"
         raise _Unknown("scatter with data-dependent indices or partial rows")
-    if idx.index in ("src", "dst") and updates.residency in (EDGE, SHARED) and operand.residency in (
-            SHARED, NODE):
+    if idx.index in ("src", "dst") and updates.residency in (EDGE, SHARED) and updates.axis == 0 and \
+            operand.residency in (SHARED, NODE):
         return [Info(NODE, reduced_by=idx.index)], "reduce"
     if idx.index in ("n_node", "n_edge"):
         return [Info(GRAPH, index=None)], "reduce"
@@ -224,8 +233,12 @@ def _index_out(op: ir.Op, infos: list[Info]) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
+def _row_axes(infos: list[Info]) -> list[int | None]:
+    return [i.axis if i.residency in GRAPH_AXES + (NODE_TYPE, EDGE_TYPE) and not i.expanded else None
+            for i in infos]
+
+
 def _rule_dense(op, infos, sizes):
-    batched = [i.residency in GRAPH_AXES + (NODE_TYPE, EDGE_TYPE) and not i.expanded for i in infos]
     residency = _join(infos)
     if residency == SHARED:
         if op.name == "broadcast_in_dim":
@@ -233,8 +246,9 @@ def _rule_dense(op, infos, sizes):
         idx = _index_out(op, infos)
         expanded = any(i.expanded for i in infos)
         return [Info(SHARED, index=idx, expanded=expanded)] * len(op.outputs), "dense"
-    if is_rowwise(op, batched):
-        return [Info(residency, index=_index_out(op, infos))] * len(op.outputs), "dense"
+    axis = out_axis(op, _row_axes(infos))
+    if axis is not None:
+        return [Info(residency, index=_index_out(op, infos), axis=axis)] * len(op.outputs), "dense"
     if op.name.startswith("reduce_") and 0 in op.params.get("axes", ()) and residency in (NODE, EDGE):
         return [Info(GRAPH)] * len(op.outputs), "reduce"
     if op.name in _DATA_DEPENDENT:
@@ -297,6 +311,8 @@ RULES: dict[str, Callable] = {
 
 
 def _apply(op: ir.Op, infos: list[Info], sizes) -> tuple[list[Info], str]:
+    if "jgnn_residency" in op.params:  # a fused op made by a pass says where its outputs live
+        return [Info(r) for r in op.params["jgnn_residency"]], op.params.get("jgnn_movement", "dense")
     counts = _rule_counts(op, infos, sizes) if any(i.index in ("n_node", "n_edge") for i in infos) else None
     if counts is not None:
         return counts
@@ -346,15 +362,17 @@ def _mark_type_tables(program: ir.Program, analysis: Analysis) -> None:
                     analysis.info[op.inputs[0].id], residency=_TYPE_TABLE[idx.index])
 
 
-def body_is_rowwise(body: ir.Program, batched) -> bool:
-    """Whether a custom_jvp/vjp body maps rows to rows, given which of its inputs are batched."""
-    flags = {v.id: b for v, b in zip(body.inputs, batched, strict=True)}
+def body_out_axis(body: ir.Program, axes) -> int | None:
+    """Where a custom_jvp/vjp body puts the row axis of its (single) output, or None if not row-wise."""
+    where = {v.id: a for v, a in zip(body.inputs, axes, strict=True)}
     for op in body.ops:
-        ins = [isinstance(a, ir.Value) and flags.get(a.id, False) for a in op.inputs]
-        if any(ins) and not (op.name in ELEMENTWISE or is_rowwise(op, ins)):
-            return False
-        flags.update((v.id, any(ins)) for v in op.outputs)
-    return True
+        ins = [where.get(a.id) if isinstance(a, ir.Value) else None for a in op.inputs]
+        out = out_axis(op, ins) if any(a is not None for a in ins) else None
+        if out is None and any(a is not None for a in ins):
+            return None
+        where.update((v.id, out) for v in op.outputs)
+    results = {where.get(a.id) if isinstance(a, ir.Value) else None for a in body.outputs}
+    return results.pop() if len(results) == 1 else None
 
 
 def edge_fraction(sizes: dict[str, int]) -> float:

@@ -24,86 +24,96 @@ REDUCTIONS = frozenset("reduce_sum reduce_max reduce_min reduce_prod reduce_and 
 CUMULATIVE = frozenset("cumsum cumprod cummax cummin cumlogsumexp".split())
 
 
-def _batched_inputs(op: Op, batched: Sequence[bool]):
-    return [a for a, b in zip(op.inputs, batched, strict=True) if b]
+Axes = Sequence["int | None"]
 
 
-def _elementwise(op: Op, batched) -> bool:
-    # Unbatched operands must broadcast trivially: scalars, or the same rank (all rows share the value).
+def _common(axes: Axes) -> int | None:
+    present = {a for a in axes if a is not None}
+    return present.pop() if len(present) == 1 else None
+
+
+def _elementwise(op: Op, axes: Axes) -> int | None:
+    # Unbatched operands must broadcast trivially: scalars, or the same rank (constant along the row axis).
     out_rank = op.outputs[0].ndim
-    return all(a.ndim in (0, out_rank) for a in op.inputs)
+    if not all(a.ndim in (0, out_rank) for a in op.inputs):
+        return None
+    return _common(axes)
 
 
-def _broadcast_in_dim(op: Op, batched) -> bool:
-    dims = op.params["broadcast_dimensions"]
-    return op.inputs[0].ndim > 0 and dims[0] == 0
+def _broadcast_in_dim(op: Op, axes: Axes) -> int | None:
+    (a,) = axes
+    return op.params["broadcast_dimensions"][a]
 
 
-def _reduction(op: Op, batched) -> bool:
-    return 0 not in op.params["axes"]
+def _reduction(op: Op, axes: Axes) -> int | None:
+    (a,) = axes[:1]
+    reduced = op.params["axes"]
+    return None if a in reduced else a - sum(r < a for r in reduced)
 
 
-def _argminmax(op: Op, batched) -> bool:
-    return 0 not in op.params["axes"]
+def _cumulative(op: Op, axes: Axes) -> int | None:
+    return None if op.params["axis"] == axes[0] else axes[0]
 
 
-def _cumulative(op: Op, batched) -> bool:
-    return op.params["axis"] != 0
-
-
-def _dot_general(op: Op, batched) -> bool:
+def _dot_general(op: Op, axes: Axes) -> int | None:
     (lc, rc), (lb, rb) = op.params["dimension_numbers"]
-    lhs_b, rhs_b = batched
-    if lhs_b and rhs_b:  # both batched: a per-row batched matmul, rows paired on batch dim 0
-        return tuple(lb[:1]) == (0,) and tuple(rb[:1]) == (0,)
-    if lhs_b:  # the output's leading axes are the batch dims, then lhs free dims
-        return not lb and 0 not in lc
-    return False  # only rhs batched: its rows would land after the lhs free dims
+    a, b = axes
+    lhs, rhs = op.inputs
+    lhs_free = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+    rhs_free = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+    if a is not None and b is not None:  # rows paired: both row axes are the same batch dim
+        return list(lb).index(a) if a in lb and b in rb and list(lb).index(a) == list(rb).index(b) else None
+    if a is not None:
+        return len(lb) + lhs_free.index(a) if a in lhs_free else None
+    return len(lb) + len(lhs_free) + rhs_free.index(b) if b in rhs_free else None
 
 
-def _reshape(op: Op, batched) -> bool:
-    (x,) = op.inputs[:1]
-    new = op.params["new_sizes"]
-    return op.params.get("dimensions") is None and x.ndim > 0 and len(new) > 0 and new[0] == x.shape[0]
-
-
-def _transpose(op: Op, batched) -> bool:
-    return op.params["permutation"][0] == 0
-
-
-def _concatenate(op: Op, batched) -> bool:
-    # Unbatched pieces are constant columns shared by every row (e.g. the zero starts of a batched slice).
-    return op.params["dimension"] != 0
-
-
-def _squeeze(op: Op, batched) -> bool:
-    return 0 not in op.params["dimensions"]
-
-
-def _slice(op: Op, batched) -> bool:
+def _reshape(op: Op, axes: Axes) -> int | None:
+    (a,) = axes[:1]
     x = op.inputs[0]
+    new = tuple(op.params["new_sizes"])
+    keeps = op.params.get("dimensions") is None and len(new) > a and new[:a + 1] == x.shape[:a + 1]
+    return a if keeps else None
+
+
+def _transpose(op: Op, axes: Axes) -> int | None:
+    return list(op.params["permutation"]).index(axes[0])
+
+
+def _concatenate(op: Op, axes: Axes) -> int | None:
+    # Unbatched pieces are constant columns shared by every row (e.g. the zero starts of a batched slice).
+    a = _common(axes)
+    return None if a is None or op.params["dimension"] == a else a
+
+
+def _squeeze(op: Op, axes: Axes) -> int | None:
+    a, dims = axes[0], op.params["dimensions"]
+    return None if a in dims else a - sum(d < a for d in dims)
+
+
+def _slice(op: Op, axes: Axes) -> int | None:
+    a, x = axes[0], op.inputs[0]
     strides = op.params.get("strides") or (1,) * x.ndim
-    return op.params["start_indices"][0] == 0 and op.params["limit_indices"][0] == x.shape[0] and strides[0] == 1
+    full = op.params["start_indices"][a] == 0 and op.params["limit_indices"][a] == x.shape[a] and strides[a] == 1
+    return a if full else None
 
 
-def _pad(op: Op, batched) -> bool:
-    lo, hi, interior = op.params["padding_config"][0]
-    return batched[0] and not batched[1] and (lo, hi, interior) == (0, 0, 0)
+def _pad(op: Op, axes: Axes) -> int | None:
+    a = axes[0]
+    return a if axes[1] is None and tuple(op.params["padding_config"][a]) == (0, 0, 0) else None
 
 
-def _custom_call(op: Op, batched) -> bool:
+def _custom_call(op: Op, axes: Axes) -> int | None:
     # A custom_jvp/vjp function (jax.nn.relu, jax.nn.gelu, ...) is row-wise if its body is.
     if op.body is None:
-        return False
-    from jgnn.residency import body_is_rowwise  # local import: residency builds on this table
-    return body_is_rowwise(op.body, batched)
+        return None
+    from jgnn.residency import body_out_axis  # local import: residency builds on this table
+    return body_out_axis(op.body, axes)
 
 
-RULES: dict[str, Callable[[Op, Sequence[bool]], bool]] = {
+RULES: dict[str, Callable[[Op, Axes], int | None]] = {
     **{name: _elementwise for name in ELEMENTWISE},
-    **{name: _reduction for name in REDUCTIONS if not name.startswith("arg")},
-    "argmax": _argminmax,
-    "argmin": _argminmax,
+    **{name: _reduction for name in REDUCTIONS},
     **{name: _cumulative for name in CUMULATIVE},
     "broadcast_in_dim": _broadcast_in_dim,
     "dot_general": _dot_general,
@@ -118,15 +128,26 @@ RULES: dict[str, Callable[[Op, Sequence[bool]], bool]] = {
     "custom_vjp_call_jaxpr": _custom_call,
 }
 
+# Params that hold the length of the row axis, which change when an op is re-run on fewer rows.
+ROW_LENGTH_PARAMS = {"broadcast_in_dim": "shape", "reshape": "new_sizes", "slice": "limit_indices"}
+
+
+def out_axis(op: Op, axes: Axes) -> int | None:
+    """Where the row axis lands in ``op``'s outputs, given where it is in each input (None: not batched).
+
+    Returns None when ``op`` is not row-wise: some output row depends on more than one input row.
+    """
+    rule = RULES.get(op.name)
+    if rule is None or all(a is None for a in axes):
+        return None
+    if any(a is not None and (x.ndim == 0 or a >= x.ndim) for a, x in zip(axes, op.inputs, strict=True)):
+        return None
+    return rule(op, axes)
+
 
 def is_rowwise(op: Op, batched: Sequence[bool]) -> bool:
-    """True when ``op`` maps row i of its batched inputs to row i of every output."""
-    rule = RULES.get(op.name)
-    if rule is None or not any(batched):
-        return False
-    if any(b and a.ndim == 0 for a, b in zip(op.inputs, batched, strict=True)):
-        return False
-    return rule(op, batched)
+    """True when ``op`` maps row i of its batched inputs (row axis 0) to row i of its outputs (axis 0)."""
+    return out_axis(op, [0 if b else None for b in batched]) == 0
 
 
 def is_elementwise(op: Op) -> bool:

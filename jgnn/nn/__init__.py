@@ -3,11 +3,20 @@
 Every module is called as ``conv(graph, *, layout=None, deterministic=True) -> graph`` and has ``backend`` and
 ``remat`` fields forwarded to `jgnn.message_passing`. Homogeneous modules read ``graph.nodes`` (an ``[N, F]``
 array, or a dict with an ``"h"`` entry) and return the graph with new node features in the same form. Typed
-modules read ``graph.nodes = {"h": x, "type": int32}`` and ``graph.edges = {"type": int32}``.
+modules (`RGCNConv`, `RGATConv`, `HGTConv`) read ``graph.nodes = {"h": x, "type": int32}`` and
+``graph.edges = {"type": int32}`` and keep that dict form.
 """
 
 from jgnn.nn._utils import add_self_loops, in_degree, in_degree_per_type
 from jgnn.nn.gat import GATConv, GATv2Conv
 from jgnn.nn.gcn import GCNConv
+from jgnn.nn.gin import EdgeConv, GINConv
+from jgnn.nn.hgt import HGTConv
+from jgnn.nn.rgat import RGATConv
+from jgnn.nn.rgcn import RGCNConv
+from jgnn.nn.sage import SAGEConv
 
-__all__ = ["GATConv", "GATv2Conv", "GCNConv", "add_self_loops", "in_degree", "in_degree_per_type"]
+__all__ = [
+    "EdgeConv", "GATConv", "GATv2Conv", "GCNConv", "GINConv", "HGTConv", "RGATConv", "RGCNConv", "SAGEConv",
+    "add_self_loops", "in_degree", "in_degree_per_type",
+]

@@ -1,7 +1,36 @@
-"""The optimizer: rewrites of a residency-analysed program (filled in by the optimizer passes)."""
+"""The optimizer: residency-driven rewrites of an analysed program, each recorded in the report.
+
+Passes run in a fixed order and the program is re-analysed between them, so every pass sees exact
+residencies. Each pass is ``run(program, ctx) -> program`` and records what it did, and what it declined
+to do and why, with ``ctx.applied`` / ``ctx.skipped``.
+"""
 
 from __future__ import annotations
 
+from jgnn import residency
+from jgnn.passes import broadcast_reorder, cleanup, linear_split
+from jgnn.passes.context import Context
+
+PIPELINE = (
+    ("linear_split", linear_split.run),
+    ("broadcast_reorder", broadcast_reorder.run),
+    ("cse", cleanup.cse),
+    ("dce", cleanup.dce),
+)
+
 
 def optimize(plan, analysis, *, flat, backend, remat, layout):
+    """Rewrite ``plan.program`` in place of the traced one; fallback regions are left untouched."""
+    ctx = Context(tags=flat.tags, sizes=analysis.sizes, backend=backend, report=plan.report, layout=layout,
+                  analysis=analysis)
+    if analysis.fallbacks:
+        # Rewrites reason about every value's residency; with unknown values in the program the analysis
+        # cannot vouch for them, so the whole program runs as traced.
+        plan.report.notes.append("optimizer skipped: the program has fallback regions")
+        return plan
+    program = plan.program
+    for _, run in PIPELINE:
+        program = run(program, ctx)
+        ctx.analysis = residency.analyze(program, ctx.tags, ctx.sizes)
+    plan.program = program
     return plan
