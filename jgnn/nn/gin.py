@@ -38,8 +38,10 @@ class GINConv(nn.Module):
             eps = self.param("eps", nn.initializers.constant(self.eps), (), jnp.float32)
         else:
             eps = jnp.float32(self.eps)
+        # a rank-1 closure constant: CSE in jgnn.passes cannot key traced scalar constants (see report)
+        scale = jnp.reshape(1.0 + eps, (1,))
         layer = message_passing(lambda src, dst, edge: src, lambda mb, node: mailbox.sum(mb),
-                                lambda node, agg: (1.0 + eps) * node + agg, backend=self.backend, remat=self.remat)
+                                lambda node, agg: scale * node + agg, backend=self.backend, remat=self.remat)
         combined = layer(graph._replace(nodes=x, edges=None), layout=layout).nodes
         return _utils.with_features(graph, self.mlp(combined))
 

@@ -72,17 +72,16 @@ class RGCNConv(nn.Module):
         counts = _utils.in_degree_per_type(graph, r, backend=self.backend, remat=self.remat)
         inv_count = jnp.where(counts > 0, 1.0 / jnp.maximum(counts, 1.0), 0.0)  # [N, R]
 
-        def linear(w, h):
-            return w[h] if ids else h @ w
-
         def phi(src, dst, edge):
             rel = edge["type"]
-            return linear(weight[rel], src["h"]) * dst["inv_count"][rel]
+            # one-hot ids pick one row of W_r (index both at once: never gather a whole W_r per edge)
+            message = weight[rel, src["h"]] if ids else src["h"] @ weight[rel]
+            return message * dst["inv_count"][rel]
 
         def psi(node, agg):
             out = agg
             if root is not None:
-                out = out + linear(root, node["h"])
+                out = out + (root[node["h"]] if ids else node["h"] @ root)
             return {"h": out if bias is None else out + bias}
 
         layer = message_passing(phi, lambda mb, node: mailbox.sum(mb), psi, backend=self.backend, remat=self.remat)
