@@ -57,6 +57,7 @@ class InputTag:
 
 INPUT_INFO = {
     "nodes": Info(NODE), "edges": Info(EDGE), "globals": Info(GRAPH), "shared": Info(SHARED),
+    "layout": Info(SHARED),
     "senders": Info(EDGE, index="src"), "receivers": Info(EDGE, index="dst"),
     "node_type": Info(NODE, index="node_type"), "edge_type": Info(EDGE, index="edge_type"),
     "n_node": Info(GRAPH, index="n_node"), "n_edge": Info(GRAPH, index="n_edge"),

@@ -7,14 +7,18 @@ to do and why, with ``ctx.applied`` / ``ctx.skipped``.
 
 from __future__ import annotations
 
-from jgnn import residency
-from jgnn.passes import broadcast_reorder, cleanup, linear_split
+import jax
+
+from jgnn import ir, residency
+from jgnn.passes import broadcast_reorder, cleanup, fusion, linear_split
 from jgnn.passes.context import Context
 
 PIPELINE = (
     ("linear_split", linear_split.run),
     ("broadcast_reorder", broadcast_reorder.run),
     ("cse", cleanup.cse),
+    ("dce", cleanup.dce),
+    ("fuse_gather_reduce", fusion.run),
     ("dce", cleanup.dce),
 )
 
@@ -29,6 +33,12 @@ def optimize(plan, analysis, *, flat, backend, remat, layout):
         plan.report.notes.append("optimizer skipped: the program has fallback regions")
         return plan
     program = plan.program
+    if layout is not None:  # the layout's arrays become extra program inputs, so plans never hold them
+        leaves, ctx.layout_tree = jax.tree_util.tree_flatten(layout)
+        ctx.layout_values = tuple(ir.Value(tuple(x.shape), x.dtype) for x in leaves)
+        program = ir.Program(program.inputs + list(ctx.layout_values), program.outputs, program.ops)
+        ctx.tags = list(ctx.tags) + [residency.InputTag("layout")] * len(leaves)
+        plan.layout_inputs = len(leaves)
     for _, run in PIPELINE:
         program = run(program, ctx)
         ctx.analysis = residency.analyze(program, ctx.tags, ctx.sizes)

@@ -19,6 +19,8 @@ class Context:
     report: Report
     layout: Any = None
     analysis: residency.Analysis | None = None
+    layout_values: tuple = ()  # program inputs holding the GraphLayout's leaves, when one was passed
+    layout_tree: Any = None
 
     def applied(self, kind: str, detail: str) -> None:
         self.report.rewrites.append(RewriteRecord(kind, detail, applied=True))
