@@ -19,7 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check jgnn pallas_kernels tests examples benchmarks
 
 test: lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not gpu"
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not gpu and not slow" --timeout 900
 
 demo: $(STAMP)
 	$(BIN)/python examples/train.py --model gat --dataset cora
