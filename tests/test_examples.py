@@ -1,0 +1,54 @@
+"""The training examples run end to end in ``--smoke`` mode and end with a JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def _run(data_dir, tmp_path, script, *args, check=True):
+    env = {**os.environ, "JGNN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+    cmd = [sys.executable, str(EXAMPLES / script), *args]
+    if script != "compile_jraph.py":
+        cmd += ["--out-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _last_json(proc):
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [
+    ("train.py", "--model", "gat", "--dataset", "cora"),
+    ("train.py", "--model", "gcn", "--dataset", "citeseer", "--no-memory"),
+    ("train_hetero.py", "--model", "rgcn", "--dataset", "aifb"),
+], ids=["gat-cora", "gcn-citeseer", "rgcn-aifb"])
+def test_training_smoke(data_dir, tmp_path, args):
+    proc = _run(data_dir, tmp_path, *args, "--smoke", "--seed", "1")
+    result = _last_json(proc)
+    assert {"test_accuracy", "epochs", "seconds", "model", "dataset", "seed"} <= set(result)
+    assert result["epochs"] == 3 and result["seed"] == 1 and 0.0 <= result["test_accuracy"] <= 1.0
+    assert "compile report" in proc.stdout
+    assert list(tmp_path.glob("*.png"))
+    if "--no-memory" not in args:
+        assert "memory" in proc.stdout
+
+
+def test_pubmed_without_features_errors_clearly(data_dir, tmp_path):
+    proc = _run(data_dir, tmp_path, "train.py", "--model", "gcn", "--dataset", "pubmed", "--smoke", check=False)
+    assert proc.returncode != 0 and "--features random" in proc.stderr
+
+
+def test_compile_jraph(data_dir, tmp_path):
+    result = _last_json(_run(data_dir, tmp_path, "compile_jraph.py"))
+    assert result["equal"] is True
