@@ -52,3 +52,12 @@ def test_pubmed_without_features_errors_clearly(data_dir, tmp_path):
 def test_compile_jraph(data_dir, tmp_path):
     result = _last_json(_run(data_dir, tmp_path, "compile_jraph.py"))
     assert result["equal"] is True
+
+
+@pytest.mark.slow
+def test_accuracy_cora(data_dir):
+    """Multi-minute: GCN and GAT on Cora reach the published accuracy (``examples/accuracy.py``)."""
+    env = {**os.environ, "JGNN_DATA_DIR": str(data_dir)}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "accuracy.py"), "--seeds", "0", "1", "2", "--only", "cora"],
+                          capture_output=True, text=True, env=env, timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
