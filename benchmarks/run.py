@@ -10,8 +10,10 @@ status ``OOM`` / ``error: ...`` / ``unavailable: ...`` / ``skipped: ...`` and ne
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
+import multiprocessing
 import os
 import pathlib
 import platform
@@ -69,6 +71,7 @@ def make_meta(args, device: str, copy_bw: float) -> dict:
         "repeats": args.repeats,
         "warmup": args.warmup,
         "isolate": args.isolate,
+        "jobs": args.jobs,
         "copy_bandwidth_gbps": copy_bw / 1e9,
         "jgnn_backend": systems.jax_backend(device),
         "memory_metric": "peak_bytes (device peak) when every row of a group has it, else xla_bytes "
@@ -144,6 +147,34 @@ def measure_row_isolated(case: suites.Case, system: str, args) -> dict:
     return row
 
 
+def run_case(case: suites.Case, device: str, args, copy_bw: float) -> list[dict]:
+    """Every system's row of one case (each row in its own process with ``--isolate``)."""
+    rows = []
+    for system in case.systems:
+        t0 = time.perf_counter()
+        if args.isolate and not (case.gpu_only and device != "gpu"):
+            row = measure_row_isolated(case, system, args)
+        else:
+            row = measure_row(case, system, device, args, copy_bw)
+        row["wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+    jax.clear_caches()
+    return rows
+
+
+def _init_worker(device: str) -> None:
+    if device == "cpu":
+        jax.config.update("jax_platforms", "cpu")
+
+
+def log_rows(i: int, n: int, rows: list[dict]) -> list[dict]:
+    for r in rows:
+        t = r.get("time_ms")
+        print(f"[{i + 1}/{n}] {r['suite']:9s} {r['model']:19s} {r['dataset']:16s} {r['mode']:9s} {r['system']:10s} "
+              f"{r['status'][:60]:60s} {'' if t is None else f'{t:10.3f} ms'}  ({r['wall_s']:.1f}s)", flush=True)
+    return rows
+
+
 # ---- ratios -----------------------------------------------------------------------------------------------
 
 
@@ -188,17 +219,22 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="small graphs (smoke test; numbers are not meaningful)")
     p.add_argument("--device", choices=("cpu", "gpu"), default=None, help="default: what JAX finds")
     p.add_argument("--out", default="benchmarks/results/results.json")
-    p.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 20; 5 with --quick)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 20; 3 with --quick)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed runs per row (default 2; 1 with --quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="one process per row (default on GPU: makes peak_bytes per row)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="cases measured in parallel processes (default 2 with --quick on CPU, else 1; timings "
+                        "taken in parallel share the cores, so use 1 for numbers you report)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--copy-bandwidth", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.suite = args.suite or ["all"]
     if args.repeats is None:
-        args.repeats = 5 if args.quick else 20
+        args.repeats = 3 if args.quick else 20
+    if args.warmup is None:
+        args.warmup = 1 if args.quick else 2
     return args
 
 
@@ -214,6 +250,8 @@ def main(argv=None) -> int:
     args.device = device
     if args.isolate is None:
         args.isolate = device == "gpu"
+    if args.jobs is None:
+        args.jobs = min(2, os.cpu_count() or 1) if (args.quick and device == "cpu") else 1
 
     if args.worker:  # one row, printed for the parent process
         suite, model, dataset, mode, system = json.loads(args.worker)
@@ -225,23 +263,24 @@ def main(argv=None) -> int:
     copy_bw = measure.copy_bandwidth(nbytes=(32 << 20) if args.quick else (512 << 20))
     args.copy_bandwidth = copy_bw
     meta = make_meta(args, device, copy_bw)
-    rows = []
     todo = suites.cases(args.suite)
     t_start = time.perf_counter()
-    for i, case in enumerate(todo):
-        for system in case.systems:
-            t0 = time.perf_counter()
-            cheap = case.gpu_only and device != "gpu"
-            if args.isolate and not cheap:
-                row = measure_row_isolated(case, system, args)
-            else:
-                row = measure_row(case, system, device, args, copy_bw)
-            rows.append(row)
-            t = row.get("time_ms")
-            print(f"[{i + 1}/{len(todo)}] {case.suite:9s} {case.model:19s} {case.dataset:16s} {case.mode:9s} "
-                  f"{system:10s} {row['status'][:60]:60s} "
-                  f"{'' if t is None else f'{t:10.3f} ms'}  ({time.perf_counter() - t0:.1f}s)", flush=True)
-        jax.clear_caches()
+    rows = []
+    if args.jobs > 1 and not args.isolate:
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that has started JAX
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx, initializer=_init_worker,
+                                                    initargs=(device,)) as pool:
+            futures = [pool.submit(run_case, case, device, args, copy_bw) for case in todo]
+            for i, (case, fut) in enumerate(zip(todo, futures, strict=True)):
+                try:
+                    case_rows = fut.result()
+                except Exception as e:  # noqa: BLE001 - e.g. a worker killed by the OOM killer
+                    case_rows = [{**base_row(case, s), "status": measure.status_of(e), "wall_s": 0.0}
+                                 for s in case.systems]
+                rows += log_rows(i, len(todo), case_rows)
+    else:
+        for i, case in enumerate(todo):
+            rows += log_rows(i, len(todo), run_case(case, device, args, copy_bw))
     add_ratios(rows)
     meta["elapsed_s"] = time.perf_counter() - t_start
     out = pathlib.Path(args.out)

@@ -185,6 +185,22 @@ class JraphGAT(nn.Module):
         return graph._replace(nodes=out.nodes + bias)
 
 
+def random_params(model: nn.Module, graph, seed: int = 0):
+    """Parameters with the shapes ``model.init`` gives, filled with N(0, 1/fan_in) draws on the host.
+
+    Only the shapes come from flax (``eval_shape``: a trace, no compile); running ``init`` itself would cost a
+    compile (jitted) or an op-by-op execution (eager) per row, and timings do not depend on the values.
+    """
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(seed), graph)
+    rng = np.random.default_rng(seed)
+
+    def draw(s):
+        fan_in = s.shape[-2] if len(s.shape) >= 2 else 1
+        return jnp.asarray((rng.standard_normal(s.shape) / np.sqrt(fan_in)).astype(s.dtype))
+
+    return jax.tree_util.tree_map(draw, shapes)
+
+
 def jgnn_layers(spec: suites.ModelSpec, data: Data, backend: str) -> tuple:
     try:
         import jgnn.nn as jnn
@@ -227,7 +243,7 @@ def build_jax_model(system: str, case: suites.Case, data: Data, device: str) -> 
         layers = jraph_layers(spec, data)
     model = Stack(layers)
     graph = jax.device_put(data.graph)
-    params = model.init(jax.random.PRNGKey(0), graph)
+    params = random_params(model, graph)
     out_dim = layer_dims(spec, data)[-1]
     labels = jax.device_put(data.labels % (out_dim[0] * out_dim[1]))
     if case.mode == "inference":

@@ -1,0 +1,82 @@
+"""Smoke test of the benchmark harness: ``--suite all --quick --device cpu`` produces every expected row.
+
+Runs the CLI once in a subprocess (module-scoped). Asserts the shape of the output, never a timing.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import suites
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--suite", "all", "--quick", "--device", "cpu", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, json.loads(out.read_text())
+
+
+def test_every_expected_row_has_a_status(quick_run):
+    _, result = quick_run
+    rows = result["rows"]
+    got = [(r["suite"], r["model"], r["dataset"], r["system"], r["mode"]) for r in rows]
+    expected = suites.expected_rows(["all"])
+    assert sorted(got) == sorted(expected)  # each exactly once
+    for r in rows:
+        assert isinstance(r["status"], str) and r["status"], r
+
+
+def test_row_table_covers_the_issue():
+    rows = set(suites.expected_rows(["all"]))
+    assert {r[0] for r in rows} == {"graphiler", "ugcg", "hector", "seastar", "micro"}
+    for model in ("gcn", "gat"):
+        for ds in ("pubmed", "ppi", "ogbn-arxiv", "reddit"):
+            for system in ("jgnn", "reference", "jraph", "pyg"):
+                assert ("graphiler", model, ds, system, "inference") in rows
+    for model in ("rgcn", "rgat", "hgt"):
+        for ds in ("aifb", "mutag", "bgs", "ogbn-biokg", "am", "fb15k", "ogbn-mag", "wikikg2"):
+            for mode in ("training", "inference"):
+                assert ("hector", model, ds, "jgnn", mode) in rows
+                assert ("hector", model, ds, "reference", mode) in rows
+    for kernel in ("gather_reduce", "attention_aggregate", "gather_compute", "typed_matmul"):
+        for d in (64, 128, 602):
+            for system in ("pallas", "xla", "byte_floor"):
+                assert ("micro", kernel, f"ogbn-arxiv/d={d}", system, "forward") in rows
+
+
+def test_cpu_statuses(quick_run):
+    _, result = quick_run
+    for r in result["rows"]:
+        if r["system"] == "pallas":
+            assert r["status"].startswith(("skipped", "unavailable")), r
+        if r["system"] == "pyg" or r["dataset"] in ("ogbn-mag", "wikikg2"):
+            assert r["status"].startswith(("skipped", "unavailable")), r
+        if r["status"] == "ok" and r["system"] != "byte_floor":
+            assert r["time_ms"] > 0 and r["runs"] >= 1, r
+
+
+def test_meta(quick_run):
+    _, result = quick_run
+    meta = result["meta"]
+    for key in ("device", "jax", "jaxlib", "torch", "git_commit", "date", "copy_bandwidth_gbps"):
+        assert key in meta, key
+    assert meta["device"] == "cpu" and meta["quick"] is True
+
+
+def test_markdown_and_charts(quick_run):
+    out, result = quick_run
+    md = out.with_suffix(".md")
+    assert md.is_file() and "| model |" in md.read_text()
+    for suite in suites.SUITES:
+        png = out.with_name(f"{out.stem}-{suite}.png")
+        assert png.is_file() and png.stat().st_size > 1000, png
