@@ -46,3 +46,44 @@ def gather_reduce(edge_fn: Callable, src, dst, edge, senders, receivers, *, num_
     out = pk.gather_reduce(edge_fn, src, dst, edge, lay.csr, lay.rev_csr, reduce="sum",
                            interpret=backend == "pallas_interpret")
     return out[:, :width].astype(out_dtype)
+
+
+def _segment_softmax(logits, receivers, num_nodes):
+    maxs = jax.ops.segment_max(logits, receivers, num_nodes)
+    shifted = jnp.exp(logits - maxs[receivers])
+    return shifted / jax.ops.segment_sum(shifted, receivers, num_nodes)[receivers]
+
+
+def attention_aggregate(score_fn: Callable, src, dst, edge, values, senders, receivers, *, num_nodes: int,
+                        value_index: str, backend: str, layout: layout_lib.GraphLayout | None, out_dtype):
+    """``out[v] = Σ_{e→v} softmax_v(score_fn(src[s(e)], dst[v], edge[e]))[e] · values[idx(e)]``, ``[N, H, D]``.
+
+    ``values`` is ``[N, H, D]`` gathered by source (``value_index="src"``) or ``[E, H, D]`` per edge.
+    Empty neighbourhoods give 0.
+    """
+    senders, receivers = senders.reshape(-1), receivers.reshape(-1)
+    if backend == "xla":
+        @jax.checkpoint
+        def run(src, dst, edge, values):
+            logits = score_fn(tuple(x[senders] for x in src), tuple(x[receivers] for x in dst), tuple(edge))
+            alpha = _segment_softmax(logits, receivers, num_nodes)
+            rows = values[senders] if value_index == "src" else values
+            return jax.ops.segment_sum(alpha[..., None] * rows, receivers, num_nodes)
+
+        return run(tuple(src), tuple(dst), tuple(edge), values).astype(out_dtype)
+    lay = layout or layout_lib.in_program(senders, receivers, num_nodes)
+    out = pk.attention_aggregate(score_fn, tuple(src), tuple(dst), tuple(edge), values, lay.csr, lay.rev_csr,
+                                 value_index=value_index, interpret=backend == "pallas_interpret")
+    return out.astype(out_dtype)
+
+
+def edge_softmax(score_fn: Callable, src, dst, edge, senders, receivers, *, num_nodes: int, out_dtype):
+    """Per-destination softmax of the edge scores, ``[E, H]``; recomputed (not stored) under ``grad``."""
+    senders, receivers = senders.reshape(-1), receivers.reshape(-1)
+
+    @jax.checkpoint
+    def run(src, dst, edge):
+        logits = score_fn(tuple(x[senders] for x in src), tuple(x[receivers] for x in dst), tuple(edge))
+        return _segment_softmax(logits, receivers, num_nodes)
+
+    return run(tuple(src), tuple(dst), tuple(edge)).astype(out_dtype)

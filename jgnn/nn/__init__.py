@@ -5,6 +5,9 @@ Every module is called as ``conv(graph, *, layout=None, deterministic=True) -> g
 array, or a dict with an ``"h"`` entry) and return the graph with new node features in the same form. Typed
 modules (`RGCNConv`, `RGATConv`, `HGTConv`) read ``graph.nodes = {"h": x, "type": int32}`` and
 ``graph.edges = {"type": int32}`` and keep that dict form.
+
+Modules that append self-loops (``add_self_loops=True``) ignore ``layout``: it describes the graph without them.
+Typed modules start with ``jgnn.validate(graph, typed=True)`` and reject graphs without ``"type"`` entries.
 """
 
 from jgnn.nn._utils import add_self_loops, in_degree, in_degree_per_type

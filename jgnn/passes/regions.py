@@ -1,0 +1,165 @@
+"""Edge regions: the per-edge computation between gathers and a reduction, as the fusion passes see it.
+
+A region is grown backwards from a root edge value through ops that ``admit`` accepts and whose results only
+the region reads. Its *leaves* become the fused op's operands, classified as node rows gathered by ``src``
+or ``dst`` ids, edge rows, or a constant row (an expanded shared value, fed as one row per destination).
+
+A region runs in one of two modes:
+
+* ``exact``: every op is bound as traced, on operands with their traced shapes (the XLA lowerings);
+* ``lanes``: operands arrive already broadcast to ``[B, W]`` blocks and ops that only insert, remove or
+  broadcast unit axes are identities, which is what the Pallas kernels' lane-wise contract needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from jgnn import ir, residency
+from jgnn.passes.context import Context
+from jgnn.rowwise import ELEMENTWISE, out_axis
+
+SHAPE_ONLY = frozenset({"broadcast_in_dim", "reshape", "squeeze"})
+
+
+@dataclasses.dataclass
+class Region:
+    ops: list[ir.Op]  # in program order
+    root: ir.Value
+    groups: dict[str, list[ir.Atom]]  # "src" / "dst" / "edge" / "const" operands of the fused op
+    slots: dict[int, tuple[str, int]]  # leaf value id -> (group, position)
+    src_index: ir.Value | None  # a [E, 1] src-id column used by the region's gathers
+    dst_index: ir.Value | None
+    expand: dict[int, ir.Op] = dataclasses.field(default_factory=dict)  # const leaf id -> its broadcast op
+
+
+def _squeezed(shape) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
+def is_lane_op(op: ir.Op) -> bool:
+    """Elementwise, or a shape op that only moves unit axes (an identity on ``[B, W]`` blocks)."""
+    if op.name in ELEMENTWISE:
+        return True
+    if op.name in SHAPE_ONLY:
+        x = op.inputs[0]
+        return x.ndim >= 1 and _squeezed(x.shape[1:]) in ((), _squeezed(op.outputs[0].shape[1:]))
+    return False
+
+
+def edge_rowwise(op: ir.Op, ctx: Context) -> bool:
+    """Row-wise on the edge axis (axis 0) and not a dense matmul (those stay with XLA/cuBLAS: UGCG's rule)."""
+    if op.name == "dot_general" or len(op.outputs) != 1:
+        return False
+    axes = [0 if isinstance(a, ir.Value) and ctx.info(a).residency == residency.EDGE and not ctx.info(a).expanded
+            and ctx.info(a).axis == 0 else None for a in op.inputs]
+    return any(a is not None for a in axes) and out_axis(op, axes) == 0
+
+
+def grow(root: ir.Value, made_by, users, admit: Callable[[ir.Op], bool], order: dict[int, int], *,
+         allowed_readers=frozenset()):
+    """(ops, leaves) of the tree computing ``root``; None when a non-scalar literal is inside.
+
+    ``allowed_readers`` are ops outside the region that may also read region values (e.g. the softmax ops
+    that read the scores).
+    """
+    region: dict[int, ir.Op] = {}
+    member_ops: set[int] = set(allowed_readers)
+    leaves: dict[int, ir.Value] = {}
+    stack = [root]
+    while stack:
+        v = stack.pop()
+        if v.id in region or v.id in leaves:
+            continue
+        op = made_by.get(v.id)
+        readers = users.get(v.id, [])
+        read_inside = v.id == root.id or all(id(u) in member_ops for u in readers)
+        if not (read_inside and op is not None and len(op.outputs) == 1 and admit(op)):
+            leaves[v.id] = v
+            continue
+        region[v.id] = op
+        member_ops.add(id(op))
+        for a in op.inputs:
+            if isinstance(a, ir.Value):
+                stack.append(a)
+            elif np.ndim(a.value) != 0:
+                return None
+    ops = sorted(region.values(), key=lambda o: order[id(o)])
+    return ops, leaves
+
+
+def classify(leaf: ir.Value, made_by, ctx: Context):
+    """('src'|'dst'|'edge'|'const', operand, index value) for one leaf, or None."""
+    op = made_by.get(leaf.id)
+    if op is not None and op.name == "gather" and residency.row_gather_axis(op) == 0:
+        idx = ctx.info(op.inputs[1])
+        if idx.index in ("src", "dst") and isinstance(op.inputs[0], ir.Value):
+            return idx.index, op.inputs[0], op.inputs[1]
+    info = ctx.info(leaf)
+    if info.residency == residency.SHARED and not info.expanded and leaf.ndim == 0:
+        return "const", leaf, None  # a traced scalar (a weight, a converted literal)
+    if info.expanded and op is not None and op.name == "broadcast_in_dim":
+        src, dims = op.inputs[0], tuple(op.params["broadcast_dimensions"])
+        if src.ndim == 0 or dims == tuple(range(leaf.ndim - src.ndim, leaf.ndim)):
+            return "const", src, None
+        return None
+    if info.residency == residency.EDGE and info.axis == 0:
+        return "edge", leaf, None
+    return None
+
+
+def build(root: ir.Value, ops: list[ir.Op], leaves: dict[int, ir.Value], made_by, ctx: Context) -> Region | None:
+    groups: dict[str, list[ir.Atom]] = {"src": [], "dst": [], "edge": [], "const": []}
+    slots: dict[int, tuple[str, int]] = {}
+    index = {"src": None, "dst": None}
+    expand = {}
+    for vid, leaf in leaves.items():
+        kind = classify(leaf, made_by, ctx)
+        if kind is None:
+            return None
+        group, operand, idx = kind
+        if group == "const" and operand is not leaf:
+            expand[vid] = made_by[vid]
+        elif idx is not None:
+            index[group] = idx
+        slots[vid] = (group, len(groups[group]))
+        groups[group].append(operand)
+    return Region(ops, root, groups, slots, index["src"], index["dst"], expand)
+
+
+def evaluator(region: Region, *, lanes: bool, consts=()) -> Callable:
+    """``fn(src_rows, dst_rows, edge_rows) -> root value`` (see module docstring for the two modes).
+
+    In ``lanes`` mode constant leaves arrive as the last dst rows; in ``exact`` mode pass their values as
+    ``consts`` and they are re-broadcast by the op that expanded them.
+    """
+    n_const = len(region.groups["const"])
+
+    def fn(src_rows, dst_rows, edge_rows):
+        if lanes:
+            const_vals = dst_rows[len(dst_rows) - n_const:]
+        else:
+            const_vals = consts
+        groups = {"src": src_rows, "dst": dst_rows, "edge": edge_rows, "const": const_vals}
+        env = {vid: groups[g][i] for vid, (g, i) in region.slots.items()}
+        if not lanes:
+            env.update((vid, op.run(env[vid])[0]) for vid, op in region.expand.items())
+        for op in region.ops:
+            args = [a.value if isinstance(a, ir.Const) else env[a.id] for a in op.inputs]
+            env[op.outputs[0].id] = args[0] if lanes and op.name in SHAPE_ONLY else op.run(*args)[0]
+        return env[region.root.id]
+
+    return fn
+
+
+def as_rows(x, rows: int):
+    """A fused op's operand as ``[rows, ...]``: node/edge arrays as they are, a constant repeated per row."""
+    import jax.numpy as jnp
+
+    if np.ndim(x) and np.shape(x)[0] == rows:
+        return x
+    flat = jnp.reshape(x, (1, -1))
+    return jnp.broadcast_to(flat, (rows, flat.shape[1]))
