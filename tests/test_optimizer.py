@@ -168,3 +168,37 @@ def test_plans_are_cached_per_signature():
     assert len(compiled._plans) == 1
     compiled(random_graph(rng, 11, 30, 7)._replace(nodes=jnp.ones((11, 7))))
     assert len(compiled._plans) == 2
+
+
+def _edge_weight_tensors(fn, graph, e, weight_shapes):
+    """Values in the traced program shaped [E, *w] for a per-type weight shape w: a per-edge weight copy."""
+    jaxpr = jax.make_jaxpr(fn)(graph)
+    found = []
+
+    def walk(jx):
+        for eqn in jx.eqns:
+            found.extend((eqn.primitive.name, v.aval.shape) for v in eqn.outvars
+                         if v.aval.shape[:1] == (e,) and tuple(v.aval.shape[1:]) in weight_shapes)
+            for param in eqn.params.values():
+                sub = getattr(param, "jaxpr", param)
+                if hasattr(sub, "eqns"):
+                    walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return found
+
+
+@pytest.mark.parametrize("model", ["rgcn", "hgt"])
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+def test_typed_weights_never_materialise_per_edge(model, backend):
+    rng = _rng()
+    e = 70
+    graph = random_graph(rng, 18, e, 9, node_types=2, edge_types=3, isolated=2)
+    parts = make_rgcn(rng, 9) if model == "rgcn" else make_hgt(rng, 9, heads=2, d_head=4)
+    weights = {(9, 6)} if model == "rgcn" else {(9, 8), (2, 4, 4)}  # per-type W: [d_in, d_out], [H, d, d]
+    layer = jgnn.message_passing(*parts[:3], backend=backend)
+    reference = jgnn.message_passing(*parts[:3], backend="reference")
+    assert _edge_weight_tensors(lambda g: reference(g).nodes["h"], graph, e, weights), "the reference builds them"
+    assert not _edge_weight_tensors(lambda g: layer(g).nodes["h"], graph, e, weights)
+    assert any(r.kind == "typed_matmul" for r in jgnn.explain(layer, graph).applied_rewrites)
+    _check_forward_and_grad(layer, reference, graph)

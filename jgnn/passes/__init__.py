@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 
 from jgnn import ir, residency
-from jgnn.passes import attention, broadcast_reorder, cleanup, fusion, linear_split
+from jgnn.passes import attention, broadcast_reorder, cleanup, fusion, linear_split, typed_matmul
 from jgnn.passes.context import Context
 
 PIPELINE = (
@@ -18,6 +18,7 @@ PIPELINE = (
     ("broadcast_reorder", broadcast_reorder.run),
     ("cse", cleanup.cse),
     ("dce", cleanup.dce),
+    ("typed_matmul", typed_matmul.run),
     ("fuse_edge_softmax", attention.run),
     ("fuse_gather_reduce", fusion.run),
     ("dce", cleanup.dce),

@@ -1,0 +1,101 @@
+"""``typed_matmul``: ``x @ W[type]`` becomes a grouped matmul and never builds ``[E, d_in, d_out]`` (Hector).
+
+Matches a ``dot_general`` whose right operand is a typed weight table gathered row by row through a type id
+(``W[edge["type"]]``, or ``W[src["type"]]`` in HGT), possibly after a ``squeeze`` of the unit axis ``vmap``
+leaves. The matmul may carry per-row batch dims (one weight per head).
+
+The rows are sorted by type and multiplied with ``jax.lax.ragged_dot``, or with the Pallas typed matmul on
+the kernel backends (`pallas_kernels.typed_matmul`, whose own ``AUTO_IMPL_REASON`` records which
+implementation it picks and why), then put back in edge order.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import pallas_kernels as pk
+from jgnn import ir, residency
+from jgnn.passes.context import Context, is_shared, producers
+from jgnn.report import KernelRecord
+
+KIND = "typed_matmul"
+
+
+def _typed_table(atom: ir.Atom, ctx: Context, made_by):
+    """(table, index value, gather op, squeeze op) when ``atom`` is ``W[type]`` gathered row by row."""
+    if not isinstance(atom, ir.Value):
+        return None
+    op = made_by.get(atom.id)
+    squeeze = None
+    if op is not None and op.name == "squeeze" and tuple(op.params["dimensions"]) == (1,):
+        squeeze, op = op, made_by.get(op.inputs[0].id)
+    if op is None or op.name != "gather" or residency.row_gather_axis(op) != 0:
+        return None
+    table, idx = op.inputs
+    kind = ctx.info(idx).index
+    if kind not in ("edge_type", "node_type") or not is_shared(ctx, table):
+        return None
+    if squeeze is None and op.outputs[0].ndim != table.ndim:
+        return None
+    return table, idx, op, squeeze
+
+
+def run(program: ir.Program, ctx: Context) -> ir.Program:
+    made_by = producers(program)
+    ops = []
+    for op in program.ops:
+        typed = _typed_table(op.inputs[1], ctx, made_by) if op.name == "dot_general" else None
+        if typed is None:
+            ops.append(op)
+            continue
+        table, idx, gather, _ = typed
+        (lc, rc), (lb, rb) = op.params["dimension_numbers"]
+        x = op.inputs[0]
+        ok = (tuple(lb[:1]), tuple(rb[:1])) == ((0,), (0,)) and len(lc) == 1 and x.ndim == 2 + len(lb) - 1 \
+            and tuple(lb) == tuple(range(len(lb))) and tuple(rb) == tuple(range(len(rb))) and lc[0] == x.ndim - 1
+        if not ok:
+            ctx.skipped(KIND, f"dot_general with a typed weight in a layout grouped matmul does not cover "
+                              f"({op.params['dimension_numbers']})")
+            ops.append(op)
+            continue
+        heads = len(lb) - 1  # per-row batch dims after the edge axis (one weight per head)
+        contract = rc[0]  # the table's type axis sits where the gathered weight's row axis was
+        groups = int(table.shape[0])
+        impl = functools.partial(_run, heads=heads, contract=contract, groups=groups, backend=ctx.backend,
+                                 out_dtype=op.outputs[0].dtype)
+        ops.append(ir.Op("typed_matmul", (x, table, idx), op.outputs, {
+            "jgnn_residency": (ctx.info(idx).residency,), "jgnn_movement": "dense"}, impl=impl, origin=KIND))
+        e, din = x.shape[0], x.shape[-1]
+        dout = op.outputs[0].shape[-1]
+        ctx.report.kernels.append(KernelRecord(
+            "typed_matmul", "xla" if ctx.backend == "xla" else ctx.backend,
+            f"{groups} types, {e} rows, {din}→{dout}" + (f", {int(np.prod(x.shape[1:-1]))} heads" if heads else "")
+            + ("; ragged_dot" if ctx.backend == "xla" else f"; pallas_kernels.typed_matmul impl={pk.AUTO_IMPL}")))
+        ctx.applied(KIND, f"x @ W[{ctx.info(idx).index}] over {e} rows as a grouped matmul: the "
+                          f"[{e}, {din}, {dout}] weight gather is never built")
+    return ir.Program(program.inputs, program.outputs, ops)
+
+
+def _grouped(x, w, group_sizes, backend):
+    if backend == "xla":
+        return jax.lax.ragged_dot(x, w, group_sizes)
+    return pk.typed_matmul(x, w, group_sizes, impl="auto", interpret=backend == "pallas_interpret")
+
+
+def _run(x, table, idx, *, heads, contract, groups, backend, out_dtype):
+    types = jnp.clip(idx[:, 0], 0, groups - 1)  # the gather clamped out-of-range ids the same way
+    order = jnp.argsort(types, stable=True)
+    group_sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
+    last = table.ndim - 1
+    w = table if contract == last - 1 else jnp.swapaxes(table, last - 1, last)  # per type: [..., d_in, d_out]
+    xs = x[order]
+    if heads == 0:
+        ys = _grouped(xs, w, group_sizes, backend)
+    else:
+        hs = x.shape[1]
+        ys = jnp.stack([_grouped(xs[:, h], w[:, h], group_sizes, backend) for h in range(hs)], axis=1)
+    return [ys[jnp.argsort(order)].astype(out_dtype)]
