@@ -25,6 +25,7 @@ import jraph
 import numpy as np
 
 from jgnn import ir, residency
+from jgnn import remat as remat_lib
 from jgnn.report import EquationRecord, FallbackRecord, Report
 
 BACKENDS = ("auto", "pallas", "pallas_interpret", "xla", "reference")
@@ -123,6 +124,8 @@ class Plan:
     out_tree: Any
     report: Report
     layout_inputs: int = 0
+    remat_names: dict = dataclasses.field(default_factory=dict)
+    remat_policy: Any = None
 
     @property
     def closes_over_tracers(self) -> bool:
@@ -168,6 +171,7 @@ class Compiled:
     def __init__(self, fn: Callable, *, backend: str = "auto", remat: Any = "auto"):
         self.__wrapped__ = fn
         self.backend = resolve_backend(backend)
+        remat_lib.resolve(remat)  # reject a bad option now, not at the first call
         self.remat = remat
         self._plans: dict[Any, Plan] = {}
         functools.update_wrapper(self, fn)
@@ -195,7 +199,8 @@ class Compiled:
         flat = flatten_arguments((args, kwargs))
         plan = self._plan_for(flat, layout)
         extra = jax.tree_util.tree_leaves(layout) if plan.layout_inputs else []
-        outs = ir.evaluate(plan.program, list(flat.arrays) + list(extra))
+        outs = remat_lib.evaluate(plan.program, list(flat.arrays) + list(extra), plan.remat_names,
+                                  plan.remat_policy)
         return jax.tree_util.tree_unflatten(plan.out_tree, outs)
 
     def explain(self, *args, layout=None, **kwargs) -> Report:

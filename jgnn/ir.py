@@ -162,8 +162,11 @@ def _translate(jaxpr: jcore.Jaxpr, env: dict, ops: list[Op]) -> None:
         env.update((v, o) for v, o in zip(eqn.outvars, outs, strict=True) if not isinstance(v, jcore.DropVar))
 
 
-def evaluate(program: Program, args: Sequence[Any]) -> list[Any]:
-    """Run a program: one environment, one loop over ops (as ``jax.core.eval_jaxpr``)."""
+def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], Any] | None = None) -> list[Any]:
+    """Run a program: one environment, one loop over ops (as ``jax.core.eval_jaxpr``).
+
+    ``tag(value, x)`` may wrap each op's result (the recomputation policy names values with it).
+    """
     env: dict[int, Any] = {}
 
     def read(a: Atom):
@@ -174,7 +177,7 @@ def evaluate(program: Program, args: Sequence[Any]) -> list[Any]:
     for op in program.ops:
         outs = op.run(*map(read, op.inputs))
         for v, x in zip(op.outputs, outs, strict=True):
-            env[v.id] = x
+            env[v.id] = x if tag is None else tag(v, x)
     return [read(a) for a in program.outputs]
 
 

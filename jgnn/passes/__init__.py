@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 
 from jgnn import ir, residency
+from jgnn import remat as remat_lib
 from jgnn.passes import attention, broadcast_reorder, cleanup, fusion, linear_split, typed_matmul
 from jgnn.passes.context import Context
 
@@ -26,14 +27,22 @@ PIPELINE = (
 
 
 def optimize(plan, analysis, *, flat, backend, remat, layout):
-    """Rewrite ``plan.program`` in place of the traced one; fallback regions are left untouched."""
+    """Rewrite ``plan.program`` in place of the traced one, then choose what to recompute under grad."""
     ctx = Context(tags=flat.tags, sizes=analysis.sizes, backend=backend, report=plan.report, layout=layout,
                   analysis=analysis)
     if analysis.fallbacks:
         # Rewrites reason about every value's residency; with unknown values in the program the analysis
         # cannot vouch for them, so the whole program runs as traced.
         plan.report.notes.append("optimizer skipped: the program has fallback regions")
-        return plan
+    else:
+        _rewrite(plan, ctx, layout)
+    plan.remat_names = remat_lib.value_names(plan.program, ctx.analysis)
+    plan.remat_policy = remat_lib.resolve(remat)[1]
+    plan.report.remat.append(remat_lib.record(remat, plan.remat_names))
+    return plan
+
+
+def _rewrite(plan, ctx: Context, layout) -> None:
     program = plan.program
     if layout is not None:  # the layout's arrays become extra program inputs, so plans never hold them
         leaves, ctx.layout_tree = jax.tree_util.tree_flatten(layout)
@@ -45,4 +54,3 @@ def optimize(plan, analysis, *, flat, backend, remat, layout):
         program = run(program, ctx)
         ctx.analysis = residency.analyze(program, ctx.tags, ctx.sizes)
     plan.program = program
-    return plan
