@@ -19,6 +19,7 @@ import pathlib
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 import jax
@@ -71,6 +72,7 @@ def make_meta(args, device: str, copy_bw: float) -> dict:
         "repeats": args.repeats,
         "warmup": args.warmup,
         "isolate": args.isolate,
+        "xla_python_client_preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
         "jobs": args.jobs,
         "copy_bandwidth_gbps": copy_bw / 1e9,
         "jgnn_backend": systems.jax_backend(device),
@@ -91,8 +93,9 @@ def measure_row(case: suites.Case, system: str, device: str, args, copy_bw: floa
     """Build and measure one row; never raises."""
     row = base_row(case, system)
     try:
-        if case.gpu_only and device != "gpu":
-            raise systems.Skipped("GPU only")
+        reason = systems.skip_reason(system, case, device)
+        if reason:
+            raise systems.Skipped(reason)
         spec = suites.MODELS.get(case.model)
         data = systems.load_data(systems.base_dataset(case.dataset), quick=args.quick, seed=args.seed,
                                  in_dim=(spec.in_dim or 64) if spec else 64)
@@ -105,6 +108,7 @@ def measure_row(case: suites.Case, system: str, device: str, args, copy_bw: floa
             t0 = time.perf_counter()
             compiled = jax.jit(run.fn).lower(*run.args).compile()
             row["compile_s"] = time.perf_counter() - t0
+            row["platform"] = jax.devices()[0].platform
             row.update(measure.xla_memory(compiled))
             row.update(measure.xla_cost(compiled))
             row.update(measure.summarize_times(
@@ -135,6 +139,8 @@ def measure_row_isolated(case: suites.Case, system: str, args) -> dict:
                                                                             case.mode, system]),
            "--device", args.device, "--repeats", str(args.repeats), "--warmup", str(args.warmup),
            "--seed", str(args.seed), "--copy-bandwidth", str(args.copy_bandwidth)]
+    if args.data_cache:
+        cmd += ["--data-cache", args.data_cache]
     if args.quick:
         cmd.append("--quick")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=pathlib.Path(__file__).resolve().parents[1])
@@ -152,7 +158,7 @@ def run_case(case: suites.Case, device: str, args, copy_bw: float) -> list[dict]
     rows = []
     for system in case.systems:
         t0 = time.perf_counter()
-        if args.isolate and not (case.gpu_only and device != "gpu"):
+        if args.isolate and not systems.skip_reason(system, case, device):
             row = measure_row_isolated(case, system, args)
         else:
             row = measure_row(case, system, device, args, copy_bw)
@@ -227,6 +233,8 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=None,
                    help="cases measured in parallel processes (default 2 with --quick on CPU, else 1; timings "
                         "taken in parallel share the cores, so use 1 for numbers you report)")
+    p.add_argument("--data-cache", default=None,
+                   help="directory of generated graphs (pickles) reused across runs and --isolate workers")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--copy-bandwidth", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -240,6 +248,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # Before JAX creates a GPU client: no 75% preallocation, so the parent process, the per-row workers and
+    # PyTorch can share the GPU (peak_bytes_in_use counts live buffers either way).
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    if args.data_cache:
+        systems.DATA_CACHE_DIR = pathlib.Path(args.data_cache)
     found = detect_device()
     device = args.device or found
     if device == "gpu" and found != "gpu":
@@ -252,6 +265,8 @@ def main(argv=None) -> int:
         args.isolate = device == "gpu"
     if args.jobs is None:
         args.jobs = min(2, os.cpu_count() or 1) if (args.quick and device == "cpu") else 1
+    if args.isolate:
+        args.jobs = 1
 
     if args.worker:  # one row, printed for the parent process
         suite, model, dataset, mode, system = json.loads(args.worker)
@@ -266,6 +281,10 @@ def main(argv=None) -> int:
     todo = suites.cases(args.suite)
     t_start = time.perf_counter()
     rows = []
+    if args.isolate and systems.DATA_CACHE_DIR is None:  # workers load each graph from here, not regenerate it
+        cache = tempfile.TemporaryDirectory(prefix="jgnn-bench-")
+        systems.DATA_CACHE_DIR = pathlib.Path(cache.name)
+        args.data_cache = cache.name
     if args.jobs > 1 and not args.isolate:
         ctx = multiprocessing.get_context("spawn")  # never fork a process that has started JAX
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx, initializer=_init_worker,

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import pathlib
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -73,8 +76,29 @@ def base_dataset(dataset: str) -> str:
     return dataset.split("/")[0]
 
 
+DATA_CACHE_DIR: pathlib.Path | None = None  # set by ``--data-cache`` (and by ``--isolate`` for its workers)
+
+
 @functools.lru_cache(maxsize=2)
 def load_data(dataset: str, *, quick: bool, seed: int = 0, in_dim: int = 64) -> Data:
+    """:func:`make_data`, memoised in-process and, when :data:`DATA_CACHE_DIR` is set, on disk (generating a
+    Reddit-sized R-MAT graph takes minutes; per-row worker processes load it instead)."""
+    if DATA_CACHE_DIR is None:
+        return make_data(dataset, quick=quick, seed=seed, in_dim=in_dim)
+    path = pathlib.Path(DATA_CACHE_DIR) / f"{dataset}-{'quick' if quick else 'full'}-s{seed}-d{in_dim}.pkl"
+    if path.is_file():
+        with path.open("rb") as f:
+            return pickle.load(f)
+    data = make_data(dataset, quick=quick, seed=seed, in_dim=in_dim)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with tmp.open("wb") as f:
+        pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)
+    return data
+
+
+def make_data(dataset: str, *, quick: bool, seed: int = 0, in_dim: int = 64) -> Data:
     """The graph of a benchmark data set: a synthetic graph with the preset's size (scaled down under
     ``--quick``); Cora is the real Planetoid graph when its file is found."""
     from jgnn import datasets
@@ -266,8 +290,6 @@ def build_jax_model(system: str, case: suites.Case, data: Data, device: str) -> 
 
 
 def build_pyg_model(case: suites.Case, data: Data, device: str) -> Runnable:
-    if device != "gpu":
-        raise Skipped("PyG is measured on the GPU machine only")
     try:
         import torch
         import torch.nn.functional as F
@@ -374,8 +396,6 @@ def build_micro(system: str, case: suites.Case, data: Data, device: str) -> Runn
 
     kernel = case.model
     d = int(case.dataset.split("d=")[1])
-    if system == "pallas" and device != "gpu":
-        raise Skipped("needs GPU (Pallas runs only in interpret mode on CPU)")
     module = {"gather_reduce": "gather_reduce", "attention_aggregate": "attention",
               "gather_compute": "gather_compute", "typed_matmul": "typed_matmul"}[kernel]
     try:
@@ -433,9 +453,23 @@ def build_micro(system: str, case: suites.Case, data: Data, device: str) -> Runn
 # ---- entry point ------------------------------------------------------------------------------------------
 
 
+def skip_reason(system: str, case: suites.Case, device: str) -> str | None:
+    """Why this row is not measured on ``device`` (``None``: it is)."""
+    if device == "gpu":
+        return None
+    if case.gpu_only:
+        return "GPU only"
+    if system == "pyg":
+        return "PyG is measured on the GPU machine only"
+    if system == "pallas":
+        return "needs GPU (Pallas runs only in interpret mode on CPU)"
+    return None
+
+
 def build(system: str, case: suites.Case, data: Data, device: str) -> Runnable:
-    if case.gpu_only and device != "gpu":
-        raise Skipped("GPU only")
+    reason = skip_reason(system, case, device)
+    if reason:
+        raise Skipped(reason)
     if case.micro:
         return build_micro(system, case, data, device)
     if system == "pyg":
