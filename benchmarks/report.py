@@ -79,10 +79,13 @@ def write_chart(meta: dict, rows: list[dict], suite: str, path: pathlib.Path) ->
                ("memory_ratio_vs_reference" if suite != "micro" else "fraction_of_floor",
                 f"memory ratio vs {base}" if suite != "micro" else "fraction of byte floor")]
     groups = list(dict.fromkeys((r["model"], r["dataset"], r["mode"]) for r in rows))
-    names = [s for s in dict.fromkeys(r["system"] for r in rows) if s not in (base, "byte_floor")]
-    fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 0.6 * len(groups) * max(len(names), 1)), 7), squeeze=False)
-    width = 0.8 / max(len(names), 1)
+    systems = [s for s in dict.fromkeys(r["system"] for r in rows) if s != "byte_floor"]
+    fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 0.6 * len(groups) * max(len(systems) - 1, 1)), 7),
+                             squeeze=False)
     for ax, (key, label) in zip(axes[:, 0], metrics, strict=True):
+        # the baseline is 1 by definition, except against the byte floor
+        names = systems if key == "fraction_of_floor" else [s for s in systems if s != base]
+        width = 0.8 / max(len(names), 1)
         any_bar = False
         for j, system in enumerate(names):
             xs, ys = [], []
@@ -96,7 +99,8 @@ def write_chart(meta: dict, rows: list[dict], suite: str, path: pathlib.Path) ->
                 ax.bar(xs, ys, width, label=system)
                 any_bar = True
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_ylabel(label)
+        ax.set_yscale("log")  # ratios: 2x faster and 2x slower sit symmetrically around 1
+        ax.set_ylabel(label + " (log)")
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels(["\n".join(g) for g in groups], fontsize=7, rotation=90)
         if any_bar:
