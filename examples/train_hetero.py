@@ -128,22 +128,27 @@ def main(argv=None) -> None:
     tx = optax.adam(config.lr)
     opt_state = tx.init(params)
 
+    # The data travels as jit arguments, never as closure constants (XLA would constant-fold the graph).
+    data = (graph, train_idx, train_y)
+
     def make_step(model):
-        def loss_fn(params):
+        def loss_fn(params, data):
+            graph, train_idx, train_y = data
             logits = model.apply({"params": params}, graph)[train_idx]
             loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, train_y))
             decayed = [x for x in jax.tree_util.tree_leaves(params["conv1"]) if x.ndim >= 2]
             return loss + config.weight_decay * sum(jnp.sum(x * x) for x in decayed) / 2.0, logits
 
-        def step(params, opt_state):
-            (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        def step(params, opt_state, data):
+            train_y = data[2]
+            (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, data)
             updates, opt_state = tx.update(grads, opt_state, params)
             acc = jnp.mean(jnp.argmax(logits, -1) == train_y)
             return optax.apply_updates(params, updates), opt_state, loss, acc
         return step
 
     @jax.jit
-    def test_accuracy(params):
+    def test_accuracy(params, graph, test_idx, test_y):
         return jnp.mean(jnp.argmax(model.apply({"params": params}, graph)[test_idx], -1) == test_y)
 
     step = jax.jit(make_step(model))
@@ -152,8 +157,8 @@ def main(argv=None) -> None:
     with Timer() as train_timer:
         bar = tqdm(range(1, epochs + 1), desc=f"{args.model}/{args.dataset}", file=sys.stderr, mininterval=0.5)
         for epoch in bar:  # noqa: B007
-            params, opt_state, loss, acc = step(params, opt_state)
-            test_acc = float(test_accuracy(params))
+            params, opt_state, loss, acc = step(params, opt_state, data)
+            test_acc = float(test_accuracy(params, graph, test_idx, test_y))
             history["loss"].append(float(loss))
             history["train_acc"].append(float(acc))
             history["test_acc"].append(test_acc)
@@ -169,8 +174,8 @@ def main(argv=None) -> None:
     report = jgnn.explain(lambda g: conv1.apply({"params": params["conv1"]}, g), sample)
     print(f"compile report (first layer): {report.summary()}")
     if not args.no_memory:
-        auto = temp_bytes(make_step(model), params, opt_state)
-        reference = temp_bytes(make_step(build("reference")), params, opt_state)
+        auto = temp_bytes(make_step(model), params, opt_state, data)
+        reference = temp_bytes(make_step(build("reference")), params, opt_state, data)
         print(memory_line(auto, reference, args.backend))
     stem = f"{args.model}_{args.dataset}_seed{args.seed}"
     png = save_curves(history, args.out_dir, stem, f"{args.model} on {args.dataset} (seed {args.seed})")
