@@ -1,7 +1,7 @@
 """Fused ops that the fusion pass forms, one function per kind, each with an XLA and a Pallas lowering.
 
-* ``xla``: the region's own ops (gather, edge compute, segment sum) under ``jax.checkpoint`` with nothing
-  saveable, so the backward recomputes the edge values from node-level inputs instead of storing them.
+* ``xla``: `jgnn.edge_blocks`: the region's own ops over blocks of edges, with custom VJPs whose residuals
+  are node-level, so neither the forward nor the backward holds more than one block of edge values.
 * ``pallas`` / ``pallas_interpret``: the `pallas_kernels` kernel walking a destination-sorted CSR, with the
   region evaluated inside the kernel body and a custom VJP on the reverse CSR.
 """
@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 import pallas_kernels as pk
+from jgnn import edge_blocks
 from jgnn import layout as layout_lib
 
 
@@ -35,13 +36,10 @@ def gather_reduce(edge_fn: Callable, src, dst, edge, senders, receivers, *, num_
     src, dst, edge = (tuple(_as_2d(x) for x in group) for group in (src, dst, edge))
     senders, receivers = senders.reshape(-1), receivers.reshape(-1)
     if backend == "xla":
-        @jax.checkpoint
-        def run(src, dst, edge):
-            rows = edge_fn(_broadcast(tuple(x[senders] for x in src), width),
-                           _broadcast(tuple(x[receivers] for x in dst), width), _broadcast(edge, width))
-            return jax.ops.segment_sum(rows, receivers, num_nodes)
-
-        return run(src, dst, edge).astype(out_dtype)
+        lanes = lambda s, d, e: edge_fn(_broadcast(s, width), _broadcast(d, width), _broadcast(e, width))
+        size = edge_blocks.block_size(senders.shape[0], 4 * width * (1 + len(src) + len(dst) + len(edge)))
+        return edge_blocks.gather_reduce_sum(lanes, num_nodes, size, src, dst, edge, senders,
+                                             receivers).astype(out_dtype)
     lay = layout or layout_lib.in_program(senders, receivers, num_nodes)
     out = pk.gather_reduce(edge_fn, src, dst, edge, lay.csr, lay.rev_csr, reduce="sum",
                            interpret=backend == "pallas_interpret")
@@ -63,14 +61,10 @@ def attention_aggregate(score_fn: Callable, src, dst, edge, values, senders, rec
     """
     senders, receivers = senders.reshape(-1), receivers.reshape(-1)
     if backend == "xla":
-        @jax.checkpoint
-        def run(src, dst, edge, values):
-            logits = score_fn(tuple(x[senders] for x in src), tuple(x[receivers] for x in dst), tuple(edge))
-            alpha = _segment_softmax(logits, receivers, num_nodes)
-            rows = values[senders] if value_index == "src" else values
-            return jax.ops.segment_sum(alpha[..., None] * rows, receivers, num_nodes)
-
-        return run(tuple(src), tuple(dst), tuple(edge), values).astype(out_dtype)
+        size = edge_blocks.block_size(senders.shape[0], 4 * (3 * values[0].size + sum(
+            int(x[0].size) for x in (*src, *dst, *edge))))
+        return edge_blocks.attention(score_fn, num_nodes, size, value_index, tuple(src), tuple(dst), tuple(edge),
+                                     values, senders, receivers).astype(out_dtype)
     lay = layout or layout_lib.in_program(senders, receivers, num_nodes)
     out = pk.attention_aggregate(score_fn, tuple(src), tuple(dst), tuple(edge), values, lay.csr, lay.rev_csr,
                                  value_index=value_index, interpret=backend == "pallas_interpret")

@@ -19,8 +19,9 @@ from collections.abc import Callable
 import numpy as np
 
 from jgnn import ir, residency
+from jgnn.compat import bind_primitive
 from jgnn.passes.context import Context
-from jgnn.rowwise import ELEMENTWISE, out_axis
+from jgnn.rowwise import ELEMENTWISE, ROW_LENGTH_PARAMS, out_axis
 
 SHAPE_ONLY = frozenset({"broadcast_in_dim", "reshape", "squeeze"})
 
@@ -138,21 +139,33 @@ def evaluator(region: Region, *, lanes: bool, consts=()) -> Callable:
     """
     n_const = len(region.groups["const"])
 
+    edges = region.root.shape[0]
+
     def fn(src_rows, dst_rows, edge_rows):
         if lanes:
             const_vals = dst_rows[len(dst_rows) - n_const:]
         else:
             const_vals = consts
         groups = {"src": src_rows, "dst": dst_rows, "edge": edge_rows, "const": const_vals}
+        rows = next(x.shape[0] for g in (src_rows, dst_rows, edge_rows) for x in g)
         env = {vid: groups[g][i] for vid, (g, i) in region.slots.items()}
         if not lanes:
-            env.update((vid, op.run(env[vid])[0]) for vid, op in region.expand.items())
+            env.update((vid, run_on_rows(op, [env[vid]], edges, rows)) for vid, op in region.expand.items())
         for op in region.ops:
             args = [a.value if isinstance(a, ir.Const) else env[a.id] for a in op.inputs]
-            env[op.outputs[0].id] = args[0] if lanes and op.name in SHAPE_ONLY else op.run(*args)[0]
+            env[op.outputs[0].id] = args[0] if lanes and op.name in SHAPE_ONLY else run_on_rows(op, args, edges, rows)
         return env[region.root.id]
 
     return fn
+
+
+def run_on_rows(op: ir.Op, args, traced_rows: int, rows: int):
+    """Run a region op on ``rows`` edges (a block) although it was traced on ``traced_rows``."""
+    key = ROW_LENGTH_PARAMS.get(op.name)
+    if rows == traced_rows or key is None or op.params.get(key) is None or op.params[key][0] != traced_rows:
+        return op.run(*args)[0]
+    sizes = (rows,) + tuple(op.params[key][1:])
+    return bind_primitive(op.prim, dict(op.params, **{key: sizes}), args)
 
 
 def as_rows(x, rows: int):
