@@ -143,7 +143,11 @@ def measure_row_isolated(case: suites.Case, system: str, args) -> dict:
         cmd += ["--data-cache", args.data_cache]
     if args.quick:
         cmd.append("--quick")
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=pathlib.Path(__file__).resolve().parents[1])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=pathlib.Path(__file__).resolve().parents[1],
+                              timeout=args.row_timeout)
+    except subprocess.TimeoutExpired:
+        return {**base_row(case, system), "status": f"error: timeout after {args.row_timeout}s"}
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("ROW "):
             return json.loads(line[4:])
@@ -233,6 +237,7 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=None,
                    help="cases measured in parallel processes (default 2 with --quick on CPU, else 1; timings "
                         "taken in parallel share the cores, so use 1 for numbers you report)")
+    p.add_argument("--row-timeout", type=float, default=1800.0, help="seconds per row with --isolate")
     p.add_argument("--data-cache", default=None,
                    help="directory of generated graphs (pickles) reused across runs and --isolate workers")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
