@@ -229,8 +229,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="small graphs (smoke test; numbers are not meaningful)")
     p.add_argument("--device", choices=("cpu", "gpu"), default=None, help="default: what JAX finds")
     p.add_argument("--out", default="benchmarks/results/results.json")
-    p.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 20; 3 with --quick)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed runs per row (default 2; 1 with --quick)")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 20; 2 with --quick)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed runs per row (default 2; 0 with --quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="one process per row (default on GPU: makes peak_bytes per row)")
@@ -245,9 +245,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.suite = args.suite or ["all"]
     if args.repeats is None:
-        args.repeats = 3 if args.quick else 20
+        args.repeats = 2 if args.quick else 20
     if args.warmup is None:
-        args.warmup = 1 if args.quick else 2
+        args.warmup = 0 if args.quick else 2
     return args
 
 

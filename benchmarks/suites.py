@@ -143,7 +143,7 @@ def expected_rows(names) -> list[tuple[str, str, str, str, str]]:
 
 #: ``--quick`` caps: presets are scaled down uniformly until both hold (typed graphs get smaller caps
 #: because the reference program materializes per-edge weight matrices).
-QUICK_CAPS = {"homogeneous": (2_000, 10_000), "typed": (1_000, 4_000)}
+QUICK_CAPS = {"homogeneous": (2_000, 10_000), "typed": (1_000, 2_000)}
 
 
 def quick_scale(num_nodes: int, num_edges: int, typed: bool) -> float:
