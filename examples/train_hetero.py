@@ -4,7 +4,8 @@
 
 R-GCN paper settings (Schlichtkrull et al. 2018): 2 layers, 16 hidden, ReLU, no dropout, full batch, Adam
 lr 0.01, 50 epochs; basis decomposition with no bases on AIFB and 30 bases on MUTAG; L2 5e-4 on the first
-layer on MUTAG (0 on AIFB), added to the loss as ``wd * ||W||^2 / 2``. Inverse relations are added
+layer's weights (bases and root, not the basis coefficients) on MUTAG (0 on AIFB), added to the loss as
+``wd * ||W||^2`` (Keras' ``l2`` regulariser, as in the authors' code). Inverse relations are added
 (``load_entities(add_inverse=True)``); the self-connection is RGCNConv's root weight. Featureless input is
 the one-hot identity as in the paper: node ids index the rows of the first layer's relation matrices (an
 embedding table per relation, combined from the bases).
@@ -136,8 +137,8 @@ def main(argv=None) -> None:
             graph, train_idx, train_y = data
             logits = model.apply({"params": params}, graph)[train_idx]
             loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, train_y))
-            decayed = [x for x in jax.tree_util.tree_leaves(params["conv1"]) if x.ndim >= 2]
-            return loss + config.weight_decay * sum(jnp.sum(x * x) for x in decayed) / 2.0, logits
+            decayed = [v for k, v in params["conv1"].items() if k != "comp" and v.ndim >= 2]
+            return loss + config.weight_decay * sum(jnp.sum(x * x) for x in decayed), logits
 
         def step(params, opt_state, data):
             train_y = data[2]

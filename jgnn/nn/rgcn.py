@@ -31,7 +31,9 @@ class RGCNConv(nn.Module):
 
     where :math:`\mathcal{N}_r(i)` are the in-neighbours of ``i`` through edges of type ``r`` and
     :math:`c_{i,r} = |\mathcal{N}_r(i)|` (mean per relation; duplicate edges count twice). Without
-    ``num_bases`` every :math:`W_r` is a free matrix. ``self_loop`` adds the root weight :math:`W_0 x_i`.
+    ``num_bases`` every :math:`W_r` (and :math:`W_0`) is a free matrix; with bases, the root weight
+    :math:`W_0` is decomposed over the same bases (the self-connection is one more relation, as in the authors'
+    code). ``self_loop`` adds the root term :math:`W_0 x_i`.
 
     Input: ``graph.nodes = {"h": x, "type": int32}`` and ``graph.edges = {"type": int32}`` in
     ``[0, num_relations)``. ``x`` is float ``[N, F]``, or int ``[N]`` node ids standing for one-hot rows of
@@ -61,13 +63,15 @@ class RGCNConv(nn.Module):
             bases = self.param("bases", nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=-2,
                                                                        out_axis=-1, batch_axis=(0,)),
                                (self.num_bases, *shape), jnp.float32)
-            comp = self.param("comp", init, (r, self.num_bases), jnp.float32)
+            # the root weight is one more combination of the bases (as in the authors' R-GCN code)
+            comp = self.param("comp", init, (r + int(self.self_loop), self.num_bases), jnp.float32)
             weight = jnp.einsum("rb,bio->rio", comp, bases)
+            root = weight[r] if self.self_loop else None
         else:
             weight = self.param("kernel", nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=-2,
                                                                           out_axis=-1, batch_axis=(0,)),
                                 (r, *shape), jnp.float32)
-        root = self.param("root", init, shape, jnp.float32) if self.self_loop else None
+            root = self.param("root", init, shape, jnp.float32) if self.self_loop else None
         bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32) if self.use_bias else None
         counts = _utils.in_degree_per_type(graph, r, backend=self.backend, remat=self.remat)
         inv_count = jnp.where(counts > 0, 1.0 / jnp.maximum(counts, 1.0), 0.0)  # [N, R]
