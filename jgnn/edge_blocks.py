@@ -225,3 +225,25 @@ _attention.defvjp(_att_fwd, _att_bwd)
 
 def row_bytes(*arrays) -> int:
     return sum(int(np.prod(np.shape(x)[1:], dtype=np.int64)) * 4 for x in arrays)
+
+
+# ---- typed matmul by gathering each row's weight, one block at a time --------------------------------------
+
+def typed_dot(dot_row: Callable, x, table, types, size: int):
+    """``y[e] = dot_row(x[e], table[types[e]])`` over blocks of ``size`` rows.
+
+    Exactly the FLOPs of the per-row products, and at most one block of gathered weights alive: the CPU form
+    of a typed matmul (``ragged_dot`` multiplies every row by every type's weight there). The block body is
+    rematerialised, so the backward re-gathers weights instead of saving them.
+    """
+    rows = x.shape[0]
+    xb = _blocks(x, size, 0).reshape((-1, size) + x.shape[1:])
+    tb = _blocks(types, size, 0).reshape(-1, size)
+
+    @jax.checkpoint
+    def block(args):
+        xs, ts = args
+        return dot_row(xs, table[ts])
+
+    out = jax.lax.map(block, (xb, tb))
+    return out.reshape((-1,) + out.shape[2:])[:rows]

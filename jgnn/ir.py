@@ -145,7 +145,7 @@ def _translate(jaxpr: jcore.Jaxpr, env: dict, ops: list[Op]) -> None:
     for eqn in jaxpr.eqns:
         ins = [_read(env, v) for v in eqn.invars]
         name = eqn.primitive.name
-        if name in INLINED_CALLS and INLINED_CALLS[name] in eqn.params:
+        if name in INLINED_CALLS and INLINED_CALLS[name] in eqn.params and not is_fused_call(eqn.params):
             sub = _closed(eqn.params[INLINED_CALLS[name]])
             sub_env = dict(zip(sub.jaxpr.invars, ins, strict=True))
             sub_env.update((v, Const(c)) for v, c in zip(sub.jaxpr.constvars, sub.consts, strict=True))
@@ -160,6 +160,27 @@ def _translate(jaxpr: jcore.Jaxpr, env: dict, ops: list[Op]) -> None:
             body = from_closed_jaxpr(sub)
         ops.append(Op(name, tuple(ins), tuple(outs), dict(eqn.params), eqn.primitive, body=body))
         env.update((v, o) for v, o in zip(eqn.outvars, outs, strict=True) if not isinstance(v, jcore.DropVar))
+
+
+FUSED_PREFIX = "jgnn_fused_"
+
+
+def opaque(impl: Callable, kind: str, residency: str) -> Callable:
+    """A fused op's implementation as a named ``jit``, so that compiling code that calls it again (a model of
+    compiled layers) keeps it as one op whose output residency is in its name instead of re-analysing it."""
+    def run(*args):
+        return impl(*args)
+
+    run.__name__ = run.__qualname__ = f"{FUSED_PREFIX}{kind}__{residency}"
+    return jax.jit(run)
+
+
+def is_fused_call(params: dict) -> bool:
+    return str(params.get("name", "")).startswith(FUSED_PREFIX)
+
+
+def fused_residency(params: dict) -> str:
+    return str(params["name"]).rsplit("__", 1)[1]
 
 
 def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], Any] | None = None) -> list[Any]:

@@ -165,8 +165,17 @@ def _expands(op: ir.Op) -> bool:
 
 # ---- rules: each takes (op, input infos, sizes) and returns (output infos, movement) ---------------------
 
+def _is_per_row_gather(op: ir.Op) -> bool:
+    """``x[e, i[e]]``: each row picks from its own row (what ``vmap`` makes of indexing by a per-row id)."""
+    dn = op.params.get("dimension_numbers")
+    return dn is not None and tuple(getattr(dn, "operand_batching_dims", ())) == (0,) and tuple(
+        getattr(dn, "start_indices_batching_dims", ())) == (0,)
+
+
 def _rule_gather(op, infos, sizes):
     operand, idx = infos
+    if _is_per_row_gather(op) and operand.axis == 0 and idx.axis == 0:
+        return [Info(_join([operand, idx]))], "dense"
     axis = row_gather_axis(op)
     if axis is None:
         if operand.residency in GRAPH_AXES or idx.residency in GRAPH_AXES:
@@ -314,6 +323,9 @@ RULES: dict[str, Callable] = {
 def _apply(op: ir.Op, infos: list[Info], sizes) -> tuple[list[Info], str]:
     if "jgnn_residency" in op.params:  # a fused op made by a pass says where its outputs live
         return [Info(r) for r in op.params["jgnn_residency"]], op.params.get("jgnn_movement", "dense")
+    if ir.is_fused_call(op.params):  # a fused op of an inner compiled layer, kept whole (see ir.opaque)
+        where = ir.fused_residency(op.params)
+        return [Info(where)] * len(op.outputs), "reduce" if where == NODE else "dense"
     counts = _rule_counts(op, infos, sizes) if any(i.index in ("n_node", "n_edge") for i in infos) else None
     if counts is not None:
         return counts

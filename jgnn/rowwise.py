@@ -15,7 +15,7 @@ from jgnn.ir import Op
 ELEMENTWISE = frozenset("""
 abs acos acosh add and asin asinh atan atan2 atanh cbrt ceil clamp conj convert_element_type copy copy_p cos cosh
 digamma div eq erf erf_inv erfc exp exp2 expm1 floor ge gt imag integer_pow is_finite le lgamma log log1p
-logistic lt max min mul ne neg nextafter not or pow real reduce_precision rem round rsqrt select_n sign sin
+logistic lt max min mul name ne neg nextafter not or pow real reduce_precision rem round rsqrt select_n sign sin
 sinh sqrt square stop_gradient sub tan tanh xor shift_left shift_right_logical shift_right_arithmetic
 population_count clz
 """.split())
@@ -103,6 +103,14 @@ def _pad(op: Op, axes: Axes) -> int | None:
     return a if axes[1] is None and tuple(op.params["padding_config"][a]) == (0, 0, 0) else None
 
 
+def _gather(op: Op, axes: Axes) -> int | None:
+    # Only the per-row form, where every row reads its own row: x[e, i[e]].
+    dn = op.params["dimension_numbers"]
+    per_row = tuple(getattr(dn, "operand_batching_dims", ())) == (0,) and tuple(
+        getattr(dn, "start_indices_batching_dims", ())) == (0,)
+    return 0 if per_row and all(a in (0, None) for a in axes) else None
+
+
 def _custom_call(op: Op, axes: Axes) -> int | None:
     # A custom_jvp/vjp function (jax.nn.relu, jax.nn.gelu, ...) is row-wise if its body is.
     if op.body is None:
@@ -123,6 +131,7 @@ RULES: dict[str, Callable[[Op, Axes], int | None]] = {
     "squeeze": _squeeze,
     "slice": _slice,
     "pad": _pad,
+    "gather": _gather,
     "custom_jvp_call": _custom_call,
     "custom_vjp_call": _custom_call,
     "custom_vjp_call_jaxpr": _custom_call,

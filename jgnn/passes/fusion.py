@@ -77,10 +77,10 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             continue
         layout = layout_inputs(ctx, e)
         g = region.groups
-        impl = functools.partial(_run, regions.evaluator(region, lanes=True), len(g["src"]),
+        impl = ir.opaque(functools.partial(_run, regions.evaluator(region, lanes=True), len(g["src"]),
                                  len(g["dst"]) + len(g["const"]), len(layout), num_nodes=n, width=width,
                                  backend=ctx.backend, out_shape=op.outputs[0].shape, out_dtype=op.outputs[0].dtype,
-                                 layout_tree=ctx.layout_tree)
+                                 layout_tree=ctx.layout_tree), "gather_reduce", "node")
         inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (region.src_index, op.inputs[1]) \
             + tuple(layout)
         replaced[id(op)] = ir.Op("fused_gather_reduce", inputs, op.outputs,

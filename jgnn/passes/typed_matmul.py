@@ -4,9 +4,14 @@ Matches a ``dot_general`` whose right operand is a typed weight table gathered r
 (``W[edge["type"]]``, or ``W[src["type"]]`` in HGT), possibly after a ``squeeze`` of the unit axis ``vmap``
 leaves. The matmul may carry per-row batch dims (one weight per head).
 
-The rows are sorted by type and multiplied with ``jax.lax.ragged_dot``, or with the Pallas typed matmul on
-the kernel backends (`pallas_kernels.typed_matmul`, whose own ``AUTO_IMPL_REASON`` records which
-implementation it picks and why), then put back in edge order.
+Three lowerings, chosen per backend and platform (`choose_impl`, and the report says which and why):
+
+* ``ragged_dot``: rows sorted by type, one grouped GEMM (``jax.lax.ragged_dot``); for XLA on GPU/TPU;
+* ``pallas``: the same with `pallas_kernels.typed_matmul` (its ``AUTO_IMPL_REASON`` says which inner
+  implementation it picks);
+* ``blocked_gather``: on CPU, where ``ragged_dot`` multiplies every row by every type's weight (R× the
+  FLOPs), each block of rows gathers its own weights and runs the original per-row product
+  (`jgnn.edge_blocks.typed_dot`): exact FLOPs, one block of weights alive.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import pallas_kernels as pk
-from jgnn import ir, residency
+from jgnn import edge_blocks, ir, residency
+from jgnn.compat import bind_primitive
 from jgnn.passes.context import Context, is_shared, producers
 from jgnn.report import KernelRecord
 
@@ -65,19 +71,29 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         heads = len(lb) - 1  # per-row batch dims after the edge axis (one weight per head)
         contract = rc[0]  # the table's type axis sits where the gathered weight's row axis was
         groups = int(table.shape[0])
-        impl = functools.partial(_run, heads=heads, contract=contract, groups=groups, backend=ctx.backend,
-                                 out_dtype=op.outputs[0].dtype)
+        impl_name, why = choose_impl(ctx.backend)
+        impl = ir.opaque(functools.partial(_run, impl=impl_name, heads=heads, contract=contract, groups=groups,
+                                           backend=ctx.backend, out_dtype=op.outputs[0].dtype, dot=op),
+                         "typed_matmul", ctx.info(idx).residency)
         ops.append(ir.Op("typed_matmul", (x, table, idx), op.outputs, {
             "jgnn_residency": (ctx.info(idx).residency,), "jgnn_movement": "dense"}, impl=impl, origin=KIND))
         e, din = x.shape[0], x.shape[-1]
         dout = op.outputs[0].shape[-1]
         ctx.report.kernels.append(KernelRecord(
-            "typed_matmul", "xla" if ctx.backend == "xla" else ctx.backend,
+            "typed_matmul", ctx.backend,
             f"{groups} types, {e} rows, {din}→{dout}" + (f", {int(np.prod(x.shape[1:-1]))} heads" if heads else "")
-            + ("; ragged_dot" if ctx.backend == "xla" else f"; pallas_kernels.typed_matmul impl={pk.AUTO_IMPL}")))
+            + f"; {impl_name}: {why}"))
         ctx.applied(KIND, f"x @ W[{ctx.info(idx).index}] over {e} rows as a grouped matmul: the "
                           f"[{e}, {din}, {dout}] weight gather is never built")
     return ir.Program(program.inputs, program.outputs, ops)
+
+
+def choose_impl(backend: str) -> tuple[str, str]:
+    if backend != "xla":
+        return "pallas", f"pallas_kernels.typed_matmul (impl={pk.AUTO_IMPL}: {pk.AUTO_IMPL_REASON})"
+    if jax.default_backend() == "cpu":
+        return "blocked_gather", "ragged_dot on CPU multiplies every row by every type's weight (R× FLOPs)"
+    return "ragged_dot", "one grouped GEMM over rows sorted by type"
 
 
 def _grouped(x, w, group_sizes, backend):
@@ -86,8 +102,13 @@ def _grouped(x, w, group_sizes, backend):
     return pk.typed_matmul(x, w, group_sizes, impl="auto", interpret=backend == "pallas_interpret")
 
 
-def _run(x, table, idx, *, heads, contract, groups, backend, out_dtype):
+def _run(x, table, idx, *, impl, heads, contract, groups, backend, out_dtype, dot):
     types = jnp.clip(idx[:, 0], 0, groups - 1)  # the gather clamped out-of-range ids the same way
+    if impl == "blocked_gather":
+        row_bytes = 4 * int(np.prod(table.shape[1:], dtype=np.int64))
+        size = edge_blocks.block_size(x.shape[0], row_bytes)
+        dot_row = lambda xs, ws: bind_primitive(dot.prim, dot.params, (xs, ws))
+        return [edge_blocks.typed_dot(dot_row, x, table, types, size).astype(out_dtype)]
     order = jnp.argsort(types, stable=True)
     group_sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
     last = table.ndim - 1
