@@ -69,8 +69,8 @@ _GATHER_MOVEMENT = {"node_id": "dense", "src": "broadcast_src", "dst": "broadcas
 _TYPE_TABLE = {"node_type": NODE_TYPE, "edge_type": EDGE_TYPE}
 
 # Ops through which an integer array keeps meaning the same ids.
-_INDEX_PRESERVING = frozenset({"concatenate", "convert_element_type", "broadcast_in_dim", "reshape", "squeeze", "copy",
-                               "copy_p", "clamp", "select_n", "add", "sub", "stop_gradient"})
+_INDEX_PRESERVING = frozenset({"concatenate", "slice", "convert_element_type", "broadcast_in_dim", "reshape",
+                               "squeeze", "copy", "copy_p", "clamp", "select_n", "add", "sub", "stop_gradient"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +231,8 @@ def _index_out(op: ir.Op, infos: list[Info]) -> str | None:
     """The id kind an index-preserving op keeps (JAX's wrap-negative-index code is add/select_n/clamp)."""
     if op.name not in _INDEX_PRESERVING:
         return None
+    if op.name == "slice":  # keeping column 0 of [ids, 0, ...] keeps the ids
+        return infos[0].index if op.params["start_indices"][-1] == 0 and op.inputs[0].ndim == 2 else None
     if op.name == "concatenate":  # [ids, 0, ...] columns of a batched dynamic_slice: column 0 names the row
         if op.params["dimension"] == op.outputs[0].ndim - 1 and all(i.residency == SHARED for i in infos[1:]):
             return infos[0].index

@@ -203,3 +203,38 @@ def test_typed_weights_never_materialise_per_edge(model, backend, monkeypatch):
     assert not _edge_weight_tensors(lambda g: layer(g).nodes["h"], graph, e, weights)
     assert any(r.kind == "typed_matmul" for r in jgnn.explain(layer, graph).applied_rewrites)
     _check_forward_and_grad(layer, reference, graph)
+
+
+def test_linear_reorder_shared_and_typed():
+    rng = _rng()
+    graph = random_graph(rng, 30, 200, 16, edge_types=3)
+    W = jnp.asarray(rng.normal(size=(3, 16, 32)) / 4, jnp.float32)
+    a = jnp.asarray(rng.normal(size=(3, 32)) / 6, jnp.float32)
+    W2 = jnp.asarray(rng.normal(size=(16, 32)) / 4, jnp.float32)
+    a2 = jnp.asarray(rng.normal(size=(32,)) / 6, jnp.float32)
+
+    def phi(s, d, e):  # relational attention scores, written the natural way
+        t = e["type"]
+        return {"score": (s["h"] @ W[t]) @ a[t] + (d["h"] @ W2) @ a2, "v": s["h"]}
+
+    def rho(mb, node):
+        return jgnn.sum(jgnn.softmax(mb["score"])[:, None] * mb["v"])
+
+    layer = jgnn.message_passing(phi, rho, lambda n, agg: {"h": agg}, backend="xla")
+    reference = jgnn.message_passing(phi, rho, lambda n, agg: {"h": agg}, backend="reference")
+    details = [r.detail for r in jgnn.explain(layer, graph).applied_rewrites if r.kind == "linear_reorder"]
+    assert any("W @ a)[type]" in d for d in details) and any("x @ (A @ B)" in d for d in details)
+    _check_forward_and_grad(layer, reference, graph)
+
+
+def test_linear_reorder_skips_when_it_costs_more():
+    rng = _rng()
+    graph = random_graph(rng, 30, 60, 4)
+    A = jnp.asarray(rng.normal(size=(4, 2)), jnp.float32)  # narrow middle: reassociating would cost more
+    B = jnp.asarray(rng.normal(size=(2, 64)), jnp.float32)
+    layer = jgnn.message_passing(lambda s, d, e: (s["h"] @ A) @ B, None, lambda n, agg: {"h": agg}, backend="xla")
+    report = jgnn.explain(layer, graph)
+    assert any(r.kind == "linear_reorder" and "costs more" in r.detail for r in report.rewrites if not r.applied)
+    reference = jgnn.message_passing(lambda s, d, e: (s["h"] @ A) @ B, None, lambda n, agg: {"h": agg},
+                                     backend="reference")
+    np.testing.assert_allclose(layer(graph).nodes["h"], reference(graph).nodes["h"], **TOL)

@@ -11,11 +11,12 @@ import jax
 
 from jgnn import ir, residency
 from jgnn import remat as remat_lib
-from jgnn.passes import attention, broadcast_reorder, cleanup, fusion, linear_split, typed_matmul
+from jgnn.passes import attention, broadcast_reorder, cleanup, fusion, linear_reorder, linear_split, typed_matmul
 from jgnn.passes.context import Context
 
 PIPELINE = (
     ("linear_split", linear_split.run),
+    ("linear_reorder", linear_reorder.run),
     ("broadcast_reorder", broadcast_reorder.run),
     ("cse", cleanup.cse),
     ("dce", cleanup.dce),
@@ -50,7 +51,9 @@ def _rewrite(plan, ctx: Context, layout) -> None:
         program = ir.Program(program.inputs + list(ctx.layout_values), program.outputs, program.ops)
         ctx.tags = list(ctx.tags) + [residency.InputTag("layout")] * len(leaves)
         plan.layout_inputs = len(leaves)
-    for _, run in PIPELINE:
+    for name, run in PIPELINE:
         program = run(program, ctx)
         ctx.analysis = residency.analyze(program, ctx.tags, ctx.sizes)
+        for f in ctx.analysis.fallbacks:  # a pass made ops the analysis cannot label: later passes leave them be
+            plan.report.notes.append(f"after {name}: {f.primitive}: {f.reason}")
     plan.program = program

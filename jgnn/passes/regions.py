@@ -52,11 +52,17 @@ def is_lane_op(op: ir.Op) -> bool:
 
 
 def edge_rowwise(op: ir.Op, ctx: Context) -> bool:
-    """Row-wise on the edge axis (axis 0) and not a dense matmul (those stay with XLA/cuBLAS: UGCG's rule)."""
-    if op.name == "dot_general" or len(op.outputs) != 1:
+    """Row-wise on the edge axis (axis 0) and not a matmul against a weight matrix.
+
+    Matmuls stay with XLA/cuBLAS (UGCG's rule); a per-row dot product of two edge rows (rows paired on batch
+    dim 0) is a row reduction and may join.
+    """
+    if len(op.outputs) != 1:
         return False
     axes = [0 if isinstance(a, ir.Value) and ctx.info(a).residency == residency.EDGE and not ctx.info(a).expanded
             and ctx.info(a).axis == 0 else None for a in op.inputs]
+    if op.name == "dot_general" and not all(a == 0 for a in axes):
+        return False
     return any(a is not None for a in axes) and out_axis(op, axes) == 0
 
 

@@ -31,7 +31,7 @@ from jgnn.report import KernelRecord
 KIND = "typed_matmul"
 
 
-def _typed_table(atom: ir.Atom, ctx: Context, made_by):
+def typed_table(atom: ir.Atom, ctx: Context, made_by):
     """(table, index value, gather op, squeeze op) when ``atom`` is ``W[type]`` gathered row by row."""
     if not isinstance(atom, ir.Value):
         return None
@@ -54,12 +54,15 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by = producers(program)
     ops = []
     for op in program.ops:
-        typed = _typed_table(op.inputs[1], ctx, made_by) if op.name == "dot_general" else None
+        typed = typed_table(op.inputs[1], ctx, made_by) if op.name == "dot_general" else None
         if typed is None:
             ops.append(op)
             continue
         table, idx, gather, _ = typed
         (lc, rc), (lb, rb) = op.params["dimension_numbers"]
+        if table.ndim - len(rb) < 2:  # x[e] · a[t[e]]: a dot product with a typed vector, no matrix to group
+            ops.append(op)
+            continue
         x = op.inputs[0]
         ok = (tuple(lb[:1]), tuple(rb[:1])) == ((0,), (0,)) and len(lc) == 1 and x.ndim == 2 + len(lb) - 1 \
             and tuple(lb) == tuple(range(len(lb))) and tuple(rb) == tuple(range(len(rb))) and lc[0] == x.ndim - 1
