@@ -83,6 +83,12 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                 key = (idx_info.index, op.inputs[1].shape[0])
                 lazy[op.outputs[0].id] = _Lazy(op.inputs[0], op.inputs[1], key, 0, op, op)
                 continue
+            through_node_type = _per_node_table(op, ctx, made_by)
+            if through_node_type is not None:  # W[type[src]] is (W[type])[src]: a node value, gathered lazily
+                node_ops, lz = through_node_type
+                ops += node_ops
+                lazy[op.outputs[0].id] = lz
+                continue
         lifted = _try_lift(op, ctx, lazy, made_by, n, e)
         if lifted is None:
             for a in op.inputs:
@@ -95,6 +101,37 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
     for a in program.outputs:
         need(a)
     return ir.Program(program.inputs, program.outputs, ops)
+
+
+def _per_node_table(op: ir.Op, ctx: Context, made_by):
+    """For ``W[type[src]]`` (a typed table read through the source's node type), the node-level ``W[type]``
+    and a lazy src gather of it, so that ``x[src] @ W[type[src]]`` moves to the nodes (compact
+    materialisation: the value depends on the source node only)."""
+    table, idx = op.inputs
+    if not is_shared(ctx, table) or ctx.info(idx).index != "node_type" or ctx.info(idx).residency != residency.EDGE:
+        return None
+    v = idx
+    while (p := made_by.get(v.id) if isinstance(v, ir.Value) else None) is not None and p.name != "gather":
+        v = p.inputs[0] if p.name != "select_n" else p.inputs[1]
+    if p is None or residency.row_gather_axis(p) != 0 or ctx.info(p.inputs[1]).index not in ("src", "dst"):
+        return None
+    types, via = p.inputs
+    if ctx.info(types).residency != residency.NODE or types.ndim != 1:
+        return None
+    column = ir.new_op(jax.lax.broadcast_in_dim_p, [types], dict(shape=(types.shape[0], 1), broadcast_dimensions=(0,),
+                                                                 sharding=None), origin=KIND)
+    keeps_unit_axis = op.outputs[0].ndim == table.ndim + 1  # the batched dynamic-slice form [rows, 1, ...]
+    dn = jax.lax.GatherDimensionNumbers(
+        offset_dims=tuple(range(1, table.ndim + keeps_unit_axis)), collapsed_slice_dims=() if keeps_unit_axis else (0,),
+        start_index_map=(0,))
+    per_node = ir.new_op(op.prim, [table, column.outputs[0]],
+                         dict(op.params, dimension_numbers=dn, slice_sizes=(1, *table.shape[1:])), origin=KIND)
+    node_ops = [column, per_node]
+    value = per_node.outputs[0]
+    key = (ctx.info(via).index, via.shape[0])
+    ctx.applied(KIND, f"{table.shape[0]}-type table read through the {key[0]} node's type: kept per node "
+                      f"({types.shape[0]} rows) and gathered to {via.shape[0]} edges only where needed")
+    return node_ops, _Lazy(value, via, key, 0, p, None)
 
 
 def _try_lift(op: ir.Op, ctx: Context, lazy, made_by, n, e):
