@@ -202,13 +202,19 @@ def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], 
     return [read(a) for a in program.outputs]
 
 
+OUTPUT = Op("program_output", (), ())  # stands for "the program returns it" among a value's readers
+
+
 def users(program: Program) -> dict[int, list[Op]]:
-    """Map value id -> ops that read it (program outputs are not ops; see `live_outputs`)."""
+    """Map value id -> ops that read it; a value the program returns also lists `OUTPUT`."""
     table: dict[int, list[Op]] = {}
     for op in program.ops:
         for a in op.inputs:
             if isinstance(a, Value):
                 table.setdefault(a.id, []).append(op)
+    for a in program.outputs:
+        if isinstance(a, Value):
+            table.setdefault(a.id, []).append(OUTPUT)
     return table
 
 

@@ -141,13 +141,21 @@ def test_skip_custom_jvp_and_impure_edges_stay_correct():
     assert any("custom_jvp_call" in d for d in skipped)
 
 
-@pytest.mark.parametrize("name", ["GraphConvolution", "GAT", "GraphNetwork", "InteractionNetwork"])
+@pytest.mark.parametrize("name", ["GraphConvolution", "GAT", "GraphNetwork", "GraphNetwork+attention",
+                                  "InteractionNetwork"])
 def test_jraph_models_are_rewritten_and_equal(name):
     from test_core import _jraph_models, _plain_graph
 
     rng = _rng()
     graph = _plain_graph(rng, n=20, e=120, d=7)
-    model = _jraph_models(rng, 7)[name]
+    models = _jraph_models(rng, 7)
+    w = jnp.asarray(rng.normal(size=(7 + 7 + 3 + 2, 3)) * 0.3, jnp.float32)
+    models["GraphNetwork+attention"] = jraph.GraphNetwork(
+        update_edge_fn=lambda e, s, r, g: jnp.tanh(jnp.concatenate([e, s, r, g], -1) @ w),
+        update_node_fn=lambda n, s, r, g: n + jnp.sum(r, -1, keepdims=True),
+        attention_logit_fn=lambda e, s, r, g: jnp.sum(e, -1),
+        attention_reduce_fn=lambda e, weights: e * weights[:, None])
+    model = models[name]
     compiled = jgnn.compile(model, backend="xla")
     leaves = lambda g: jax.tree_util.tree_leaves((g.nodes, g.edges, g.globals))
     for a, b in zip(leaves(jax.jit(compiled)(graph)), leaves(model(graph)), strict=True):
@@ -155,7 +163,7 @@ def test_jraph_models_are_rewritten_and_equal(name):
     loss = lambda nodes, f: sum(jnp.sum(x ** 2) for x in leaves(f(graph._replace(nodes=nodes))))
     np.testing.assert_allclose(jax.grad(loss)(graph.nodes, compiled), jax.grad(loss)(graph.nodes, model), **TOL)
     report = jgnn.explain(compiled, graph)
-    assert report.applied_rewrites, str(report)
+    assert report.applied_rewrites and report.kernels, str(report)
 
 
 def test_plans_are_cached_per_signature():
@@ -238,3 +246,16 @@ def test_linear_reorder_skips_when_it_costs_more():
     reference = jgnn.message_passing(lambda s, d, e: (s["h"] @ A) @ B, None, lambda n, agg: {"h": agg},
                                      backend="reference")
     np.testing.assert_allclose(layer(graph).nodes["h"], reference(graph).nodes["h"], **TOL)
+
+
+def test_traced_scalar_constants_under_grad():
+    """A trainable scalar closed over by psi (GIN's eps) is a traced constant: CSE must not inspect it."""
+    rng = _rng()
+    graph = random_graph(rng, 10, 30, 4)
+
+    def f(eps, backend):
+        layer = jgnn.message_passing(lambda s, d, e: s["h"], psi=lambda n, a: {"h": (1 + eps) * n["h"] + a},
+                                     backend=backend)
+        return jnp.sum(layer(graph).nodes["h"] ** 2)
+
+    np.testing.assert_allclose(jax.grad(f)(0.1, "xla"), jax.grad(f)(0.1, "reference"), rtol=1e-5)

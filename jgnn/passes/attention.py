@@ -111,16 +111,6 @@ def match_weighted_sum(alpha: ir.Value, ctx: Context, made_by, users) -> Weighte
     return None
 
 
-def _src_index(program: ir.Program, ctx: Context, e: int) -> ir.Value | None:
-    for op in program.ops:
-        if op.name == "gather" and ctx.info(op.inputs[1]).index == "src" and op.inputs[1].shape[:1] == (e,):
-            return op.inputs[1]
-    for v, tag in zip(program.inputs, ctx.tags, strict=False):
-        if tag.role == "senders" and v.shape[:1] == (e,):
-            return v
-    return None
-
-
 def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by, users = producers(program), ir.users(program)
     order = {id(op): i for i, op in enumerate(program.ops)}
@@ -142,7 +132,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             continue
         e = sm.scores.shape[0]
         ws = match_weighted_sum(sm.alpha, ctx, made_by, users)
-        src_index = region.src_index or (ws and ws.src_index) or _src_index(program, ctx, e)
+        src_index = region.src_index or (ws and ws.src_index) or regions.find_src_index(program, ctx, e, op)
         if src_index is None:
             ctx.skipped(KIND, "edge softmax on a graph whose source ids are not in the program")
             continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
 from jgnn import ir
@@ -29,7 +30,7 @@ def _atom_key(atom: ir.Atom) -> Any:
     if isinstance(atom, ir.Value):
         return ("v", atom.id)
     val = atom.value
-    if np.ndim(val) == 0:
+    if np.ndim(val) == 0 and not isinstance(val, jax.core.Tracer):  # a traced scalar has no value to compare
         return ("c", type(val).__name__, np.asarray(val).item(), str(np.asarray(val).dtype))
     return ("c", id(val))
 

@@ -61,17 +61,16 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             ctx.skipped(KIND, f"segment sum of {list(updates.shape)} rows: only [E, F] rows are fused "
                               "(attention-weighted sums are fused by fuse_edge_softmax)")
             continue
-        if len(users.get(updates.id, [])) != 1 or any(a is updates for a in program.outputs):
-            ctx.skipped(KIND, f"segment sum of {list(updates.shape)} messages that are also used elsewhere: "
-                              "they must be stored anyway")
-            continue
-        lane_ok = lambda o: regions.is_lane_op(o) and all(
+        stored = len(users.get(updates.id, [])) != 1
+        lane_ok = lambda o: not stored and regions.is_lane_op(o) and all(
             v.shape[1:] in ((), (1,), (width,)) for v in o.outputs if v.shape[:1] == (e,))
         grown = regions.grow(updates, made_by, users, lane_ok, order)
         region = grown and regions.build(updates, *grown, made_by, ctx)
         widths_ok = region is not None and all(
             int(np.prod(a.shape[1:], dtype=np.int64)) in (1, width) for g in region.groups.values() for a in g)
-        if not widths_ok or region.src_index is None:
+        src_index = region.src_index if region is not None else None
+        src_index = src_index or regions.find_src_index(program, ctx, e, op)
+        if not widths_ok or src_index is None:
             ctx.skipped(KIND, "messages are not a lane-wise function of gathered node rows, edge rows and "
                               "constants")
             continue
@@ -81,7 +80,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                                  len(g["dst"]) + len(g["const"]), len(layout), num_nodes=n, width=width,
                                  backend=ctx.backend, out_shape=op.outputs[0].shape, out_dtype=op.outputs[0].dtype,
                                  layout_tree=ctx.layout_tree), "gather_reduce", "node")
-        inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (region.src_index, op.inputs[1]) \
+        inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (src_index, op.inputs[1]) \
             + tuple(layout)
         replaced[id(op)] = ir.Op("fused_gather_reduce", inputs, op.outputs,
                                  {"jgnn_residency": ("node",), "jgnn_movement": "reduce"}, impl=impl, origin=KIND)
@@ -90,8 +89,10 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             "gather_reduce(sum)", ctx.backend,
             f"{len(region.ops)} edge ops fused; {len(g['src'])} src, {len(g['dst']) + len(g['const'])} dst, "
             f"{len(g['edge'])} edge operands; width {width}; {csr_source(ctx.backend, layout)}"))
-        ctx.applied(KIND, f"gather→{len(region.ops)} lane-wise ops→segment_sum over {e} edges in one op; the "
-                          f"{list(updates.shape)} messages are never stored")
+        ctx.applied(KIND, f"segment_sum over {e} edges of messages that are stored anyway (also used elsewhere): "
+                          "a deterministic CSR walk on the kernel backends" if stored else
+                    f"gather→{len(region.ops)} lane-wise ops→segment_sum over {e} edges in one op; the "
+                    f"{list(updates.shape)} messages are never stored")
     ops = [replaced.get(id(op), op) for op in program.ops if id(op) not in fused_away]
     return ir.Program(program.inputs, program.outputs, ops)
 
