@@ -6,11 +6,13 @@ Everything that touches edges goes through `jgnn.message_passing`, so the compil
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import jraph
 
+import pallas_kernels as pk
 from jgnn import graph as graph_lib
 from jgnn import mailbox
 from jgnn.message_passing import message_passing
@@ -100,11 +102,31 @@ def in_degree_per_type(graph: jraph.GraphsTuple, num_types: int, *, backend: str
     return layer(probe).nodes
 
 
-def edge_dropout_mask(module, num_edges: int, shape: tuple[int, ...], rate: float, deterministic: bool):
-    """Inverted-dropout scale per edge (``keep / (1 - rate)``), or ``None`` when dropout is off."""
+class AttentionDropout(NamedTuple):
+    """Counter-based attention dropout: the keep mask is a hash of (seed, edge id, head).
+
+    Nothing edge-sized is drawn or stored: phi recomputes the mask from the int32 edge id, so the backward
+    pass (which recomputes edge values) sees the same mask as the forward, and the Pallas kernels use the
+    same hash (`pallas_kernels.edge_dropout_keep`).
+    """
+
+    seed: jax.Array
+    rate: float
+
+    def edge_features(self, num_edges: int) -> dict:
+        return {"dropout_id": jnp.arange(num_edges, dtype=jnp.int32)}
+
+    def scale(self, edge, heads: int) -> jax.Array:
+        """Inverted-dropout scale ``keep / (1 - rate)`` for one edge's ``heads`` attention weights."""
+        if self.rate >= 1.0:
+            return jnp.zeros((heads,), jnp.float32)
+        keep = pk.edge_dropout_keep(self.seed, edge["dropout_id"], jnp.arange(heads, dtype=jnp.int32), self.rate)
+        return keep.astype(jnp.float32) / (1.0 - self.rate)
+
+
+def attention_dropout(module, rate: float, deterministic: bool) -> AttentionDropout | None:
+    """The module's attention dropout for this call, or ``None`` when it is off."""
     if deterministic or rate <= 0.0:
         return None
-    if rate >= 1.0:
-        return jnp.zeros((num_edges,) + shape, jnp.float32)
-    keep = jax.random.bernoulli(module.make_rng("dropout"), 1.0 - rate, (num_edges,) + shape)
-    return keep.astype(jnp.float32) / (1.0 - rate)
+    seed = jax.random.randint(module.make_rng("dropout"), (), 0, jnp.iinfo(jnp.int32).max, jnp.int32)
+    return AttentionDropout(seed, float(rate))

@@ -67,7 +67,7 @@ class GATConv(nn.Module):
         g = _utils.add_self_loops(graph) if self.add_self_loops else graph
         if self.add_self_loops:
             layout = None
-        mask = _utils.edge_dropout_mask(self, graph_lib.num_edges(g), (h,), self.attention_dropout, deterministic)
+        drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
         slope, concat = self.negative_slope, self.concat
 
         def phi(src, dst, edge):
@@ -75,13 +75,13 @@ class GATConv(nn.Module):
             z_dst = (dst @ kernel).reshape(h, c)
             logit = jnp.sum(z_src * att_src, -1) + jnp.sum(z_dst * att_dst, -1)
             message = {"logit": jax.nn.leaky_relu(logit, slope), "value": z_src}
-            if edge is not None:
-                message["mask"] = edge["mask"]
+            if drop is not None:
+                message["mask"] = drop.scale(edge, h)
             return message
 
         layer = message_passing(phi, _attention_rho, lambda node, agg: _heads_out(agg, concat, bias),
                                 backend=self.backend, remat=self.remat)
-        edges = None if mask is None else {"mask": mask}
+        edges = None if drop is None else drop.edge_features(graph_lib.num_edges(g))
         out = layer(g._replace(nodes=x, edges=edges), layout=layout).nodes
         return _utils.with_features(graph, out)
 
@@ -123,7 +123,7 @@ class GATv2Conv(nn.Module):
         g = _utils.add_self_loops(graph) if self.add_self_loops else graph
         if self.add_self_loops:
             layout = None
-        mask = _utils.edge_dropout_mask(self, graph_lib.num_edges(g), (h,), self.attention_dropout, deterministic)
+        drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
         slope, concat = self.negative_slope, self.concat
 
         def phi(src, dst, edge):
@@ -131,12 +131,12 @@ class GATv2Conv(nn.Module):
             r_dst = (dst @ w_r).reshape(h, c)
             logit = jnp.sum(jax.nn.leaky_relu(l_src + r_dst, slope) * att, -1)
             message = {"logit": logit, "value": l_src}
-            if edge is not None:
-                message["mask"] = edge["mask"]
+            if drop is not None:
+                message["mask"] = drop.scale(edge, h)
             return message
 
         layer = message_passing(phi, _attention_rho, lambda node, agg: _heads_out(agg, concat, bias),
                                 backend=self.backend, remat=self.remat)
-        edges = None if mask is None else {"mask": mask}
+        edges = None if drop is None else drop.edge_features(graph_lib.num_edges(g))
         out = layer(g._replace(nodes=x, edges=edges), layout=layout).nodes
         return _utils.with_features(graph, out)

@@ -75,9 +75,9 @@ class HGTConv(nn.Module):
         ba = self.param("a_bias", zeros, (t, f), jnp.float32)
         skip = self.param("skip", nn.initializers.ones, (t,), jnp.float32) if f_in == f else None
         g = graph._replace(nodes={"h": x, "type": node_type}, edges={"type": edge_type})
-        mask = _utils.edge_dropout_mask(self, g.senders.shape[0], (heads,), self.attention_dropout, deterministic)
-        if mask is not None:
-            g = g._replace(edges={**g.edges, "mask": mask})
+        drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
+        if drop is not None:
+            g = g._replace(edges={**g.edges, **drop.edge_features(g.senders.shape[0])})
         scale = 1.0 / math.sqrt(d)
 
         def phi(src, dst, edge):
@@ -88,8 +88,8 @@ class HGTConv(nn.Module):
             k_rel = jnp.einsum("hd,hde->he", k, w_att[rel])
             message = {"logit": jnp.sum(k_rel * q, -1) * prior[rel] * scale,
                        "value": jnp.einsum("hd,hde->he", v, w_msg[rel])}
-            if "mask" in edge:
-                message["mask"] = edge["mask"]
+            if drop is not None:
+                message["mask"] = drop.scale(edge, heads)
             return message
 
         def rho(mb, node):

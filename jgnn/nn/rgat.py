@@ -56,9 +56,9 @@ class RGATConv(nn.Module):
         g = graph._replace(nodes={"h": x, "type": node_type}, edges={"type": edge_type})
         if self.add_self_loops:
             g, layout = _utils.add_self_loops(g, edge_type=self.num_relations), None
-        mask = _utils.edge_dropout_mask(self, g.senders.shape[0], (h,), self.attention_dropout, deterministic)
-        if mask is not None:
-            g = g._replace(edges={**g.edges, "mask": mask})
+        drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
+        if drop is not None:
+            g = g._replace(edges={**g.edges, **drop.edge_features(g.senders.shape[0])})
         slope, concat = self.negative_slope, self.concat
 
         def phi(src, dst, edge):
@@ -67,8 +67,8 @@ class RGATConv(nn.Module):
             g_dst = (dst["h"] @ weight[rel]).reshape(h, c)
             logit = jnp.sum(query[rel] * g_dst, -1) + jnp.sum(key[rel] * g_src, -1)
             message = {"logit": jax.nn.leaky_relu(logit, slope), "value": g_src}
-            if "mask" in edge:
-                message["mask"] = edge["mask"]
+            if drop is not None:
+                message["mask"] = drop.scale(edge, h)
             return message
 
         layer = message_passing(phi, _attention_rho, lambda node, agg: {"h": _heads_out(agg, concat, bias)},
