@@ -118,6 +118,10 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by):
     types, via = p.inputs
     if ctx.info(types).residency != residency.NODE or types.ndim != 1:
         return None
+    if via.shape[0] <= types.shape[0]:
+        ctx.skipped("compact_materialize", f"{table.shape[0]}-type table read through the node type: "
+                                           f"{via.shape[0]} edges ≤ {types.shape[0]} nodes, compacting does not pay")
+        return None
     column = ir.new_op(jax.lax.broadcast_in_dim_p, [types], dict(shape=(types.shape[0], 1), broadcast_dimensions=(0,),
                                                                  sharding=None), origin=KIND)
     keeps_unit_axis = op.outputs[0].ndim == table.ndim + 1  # the batched dynamic-slice form [rows, 1, ...]
@@ -129,8 +133,10 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by):
     node_ops = [column, per_node]
     value = per_node.outputs[0]
     key = (ctx.info(via).index, via.shape[0])
-    ctx.applied(KIND, f"{table.shape[0]}-type table read through the {key[0]} node's type: kept per node "
-                      f"({types.shape[0]} rows) and gathered to {via.shape[0]} edges only where needed")
+    ctx.applied("compact_materialize", f"{table.shape[0]}-type table read through the {key[0]} node's type: "
+                                       f"values depend on the node only, so they are made per node "
+                                       f"({types.shape[0]} rows, compaction {via.shape[0] / types.shape[0]:.1f}×) "
+                                       f"and gathered to the {via.shape[0]} edges only where needed")
     return node_ops, _Lazy(value, via, key, 0, p, None)
 
 
