@@ -172,13 +172,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             fused_away.update(id(o) for o in sm.ops[:-1] + region.ops)
             ctx.report.kernels.append(KernelRecord("edge_softmax", "xla", "weights used outside a weighted sum"))
             ctx.applied(KIND, f"edge softmax over {e} edges recognised as one Norm op")
-    ops = []
-    for op in program.ops:
-        if id(op) in replaced:
-            ops.append(replaced[id(op)])
-        elif id(op) not in fused_away:
-            ops.append(op)
-    return ir.Program(program.inputs, program.outputs, ops)
+    return regions.replace_ops(program, replaced, fused_away)
 
 
 def _groups(args, sizes):

@@ -42,7 +42,7 @@ def layout_inputs(ctx: Context, e: int) -> tuple:
 
 def csr_source(backend: str, layout: tuple) -> str:
     if backend == "xla":
-        return "no CSR (segment ops under jax.checkpoint)"
+        return "edge blocks with a node-level custom VJP (jgnn.edge_blocks), no CSR needed"
     return "CSR from the GraphLayout passed in" if layout else "CSR sorted inside the program (pass a GraphLayout)"
 
 
@@ -93,8 +93,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                           "a deterministic CSR walk on the kernel backends" if stored else
                     f"gather→{len(region.ops)} lane-wise ops→segment_sum over {e} edges in one op; the "
                     f"{list(updates.shape)} messages are never stored")
-    ops = [replaced.get(id(op), op) for op in program.ops if id(op) not in fused_away]
-    return ir.Program(program.inputs, program.outputs, ops)
+    return regions.replace_ops(program, replaced, fused_away)
 
 
 def split_operands(args, n_src: int, n_dst: int, n_layout: int, layout_tree):

@@ -195,3 +195,9 @@ def find_src_index(program: ir.Program, ctx: Context, e: int, before: ir.Op) -> 
         if tag.role == "senders" and v.shape[:1] == (e,):
             return v
     return None
+
+
+def replace_ops(program: ir.Program, replaced: dict[int, ir.Op], removed: set[int]) -> ir.Program:
+    """The program with ops swapped for their fused replacements (keyed by ``id(op)``) and ``removed`` dropped."""
+    ops = [replaced.get(id(op), op) for op in program.ops if id(op) in replaced or id(op) not in removed]
+    return ir.Program(program.inputs, program.outputs, ops)
