@@ -81,3 +81,13 @@ def edge_softmax(score_fn: Callable, src, dst, edge, senders, receivers, *, num_
         return _segment_softmax(logits, receivers, num_nodes)
 
     return run(tuple(src), tuple(dst), tuple(edge)).astype(out_dtype)
+
+
+def gather_compute(edge_fn: Callable, src, dst, edge, senders, receivers, *, num_nodes: int, width: int,
+                   backend: str, layout: layout_lib.GraphLayout | None, out_dtype):
+    """``out[e] = edge_fn(src[senders[e]], dst[receivers[e]], edge[e])`` as ``[E, width]`` (SDDMM-like)."""
+    src, dst, edge = (tuple(_as_2d(x) for x in group) for group in (src, dst, edge))
+    senders, receivers = senders.reshape(-1), receivers.reshape(-1)
+    lay = layout or layout_lib.in_program(senders, receivers, num_nodes)
+    out = pk.gather_compute(edge_fn, src, dst, edge, lay.csr, lay.rev_csr, interpret=backend == "pallas_interpret")
+    return out[:, :width].astype(out_dtype)

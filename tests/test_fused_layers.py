@@ -140,3 +140,24 @@ def test_edge_blocked_xla_lowering_matches_reference(model, monkeypatch):
 
     np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], layer), jax.grad(loss)(graph.nodes["h"], reference),
                                **TOL)
+
+
+def test_edge_outputs_fuse_into_gather_compute_on_kernel_backends():
+    from test_core import _plain_graph
+
+    rng = np.random.default_rng()
+    graph = _plain_graph(rng, n=16, e=70, d=7)
+    w = jnp.asarray(rng.normal(size=(7 + 7 + 3 + 2, 5)) * 0.3, jnp.float32)
+    model = jraph.GraphNetwork(update_edge_fn=lambda e, s, r, g: jnp.tanh(jnp.concatenate([e, s, r, g], -1) @ w),
+                               update_node_fn=lambda n, s, r, g: n * jnp.sum(r, -1, keepdims=True))
+    compiled = jgnn.compile(model, backend="pallas_interpret")
+    kinds = {k.op for k in jgnn.explain(compiled, graph).kernels}
+    assert "gather_compute" in kinds, kinds
+    for a, b in zip(jax.tree_util.tree_leaves(compiled(graph)), jax.tree_util.tree_leaves(model(graph)), strict=True):
+        np.testing.assert_allclose(a, b, **TOL)
+
+    def loss(nodes, f):
+        return sum(jnp.sum(jnp.sin(x)) for x in jax.tree_util.tree_leaves(f(graph._replace(nodes=nodes))))
+
+    np.testing.assert_allclose(jax.grad(loss)(graph.nodes, compiled), jax.grad(loss)(graph.nodes, model), **TOL)
+    assert "gather_compute" not in {k.op for k in jgnn.explain(jgnn.compile(model, backend="xla"), graph).kernels}

@@ -23,6 +23,7 @@ PIPELINE = (
     ("typed_matmul", typed_matmul.run),
     ("fuse_edge_softmax", attention.run),
     ("fuse_gather_reduce", fusion.run),
+    ("fuse_gather_compute", fusion.run_gather_compute),
     ("dce", cleanup.dce),
 )
 

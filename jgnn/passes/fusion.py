@@ -112,3 +112,80 @@ def _run(edge_fn, n_src, n_dst, n_layout, *args, num_nodes, width, backend, out_
     out = fused.gather_reduce(edge_fn, src, dst, edge, senders, receivers, num_nodes=num_nodes, width=width,
                               backend=backend, layout=layout, out_dtype=out_dtype)
     return [out.reshape(out_shape)]
+
+
+GATHER_COMPUTE = "fuse_gather_compute"
+
+
+def run_gather_compute(program: ir.Program, ctx: Context) -> ir.Program:
+    """``fuse_gather_compute``: an edge value that must exist (a program output, or read by a non-lane op),
+    computed lane-wise from gathered node rows, becomes one SDDMM-like kernel writing it edge by edge.
+
+    Only on the kernel backends: XLA already fuses a gather with the elementwise ops after it.
+    """
+    if ctx.backend == "xla":
+        return program
+    made_by, users = producers(program), ir.users(program)
+    order = {id(op): i for i, op in enumerate(program.ops)}
+    replaced: dict[int, ir.Op] = {}
+    fused_away: set[int] = set()
+    for op in reversed(program.ops):  # outermost roots first, so nested candidates are already claimed
+        if id(op) in fused_away or len(op.outputs) != 1 or not regions.is_lane_op(op):
+            continue
+        root = op.outputs[0]
+        info = ctx.info(root)
+        if info.residency != residency.EDGE or info.axis != 0 or root.ndim not in (1, 2):
+            continue
+        readers = users.get(root.id, [])
+        if readers and all(regions.is_lane_op(u) and u is not ir.OUTPUT for u in readers):
+            continue  # an inner value of a larger lane-wise region
+        e, width = root.shape[0], int(np.prod(root.shape[1:], dtype=np.int64))
+        lane_ok = lambda o, e=e, width=width: regions.is_lane_op(o) and all(
+            v.shape[1:] in ((), (1,), (width,)) for v in o.outputs if v.shape[:1] == (e,))
+        grown = regions.grow(root, made_by, users, lane_ok, order)
+        region = grown and regions.build(root, *grown, made_by, ctx)
+        if region is None or not region.ops or (region.src_index is None and region.dst_index is None):
+            continue
+        g = region.groups
+        if any(int(np.prod(a.shape[1:], dtype=np.int64)) not in (1, width) for grp in g.values() for a in grp):
+            continue
+        src_index = region.src_index or regions.find_src_index(program, ctx, e, op)
+        dst_index = region.dst_index or _find_dst_index(program, ctx, e, op)
+        if src_index is None or dst_index is None:
+            continue
+        layout = layout_inputs(ctx, e)
+        impl = ir.opaque(functools.partial(_run_gather_compute, regions.evaluator(region, lanes=True), len(g["src"]),
+                                           len(g["dst"]) + len(g["const"]), len(layout), num_nodes=ctx.sizes["N"],
+                                           width=width, backend=ctx.backend, out_shape=root.shape,
+                                           out_dtype=root.dtype, layout_tree=ctx.layout_tree),
+                         "gather_compute", "edge")
+        inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (src_index, dst_index) + tuple(layout)
+        replaced[id(op)] = ir.Op("fused_gather_compute", inputs, (root,), {"jgnn_residency": ("edge",)},
+                                 impl=impl, origin=GATHER_COMPUTE)
+        fused_away.update(id(o) for o in region.ops if o is not op)
+        detail = f"{len(region.ops)} edge ops, width {width}; {csr_source(ctx.backend, layout)}"
+        ctx.report.kernels.append(KernelRecord("gather_compute", ctx.backend, detail))
+        ctx.applied(GATHER_COMPUTE, f"gather→{len(region.ops)} lane-wise ops over {e} edges, written once per edge "
+                                    f"(the edge values are needed as {list(root.shape)})")
+    return regions.replace_ops(program, replaced, fused_away)
+
+
+def _find_dst_index(program, ctx, e, before):
+    for op in program.ops:
+        if op is before:
+            break
+        if op.name == "gather" and ctx.info(op.inputs[1]).index == "dst" and op.inputs[1].shape[:1] == (e,):
+            return op.inputs[1]
+    for v, tag in zip(program.inputs, ctx.tags, strict=False):
+        if tag.role == "receivers" and v.shape[:1] == (e,):
+            return v
+    return None
+
+
+def _run_gather_compute(edge_fn, n_src, n_dst, n_layout, *args, num_nodes, width, backend, out_shape, out_dtype,
+                        layout_tree):
+    src, dst, edge, senders, receivers, layout = split_operands(args, n_src, n_dst, n_layout, layout_tree)
+    dst = tuple(regions.as_rows(x, num_nodes) for x in dst)
+    out = fused.gather_compute(edge_fn, src, dst, edge, senders, receivers, num_nodes=num_nodes, width=width,
+                               backend=backend, layout=layout, out_dtype=out_dtype)
+    return [out.reshape(out_shape)]
