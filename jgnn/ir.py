@@ -24,13 +24,9 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
-from jgnn.compat import bind_primitive
+from pallas_kernels.compat import CALL_PRIMITIVES_CUSTOM, CALL_PRIMITIVES_INLINED, bind_primitive
 
-# Primitive names differ across JAX versions (``pjit`` became ``jit``); match by name, in one place.
-INLINED_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-                 "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr"}
-CUSTOM_CALLS = {"custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-                "custom_vjp_call_jaxpr": "fun_jaxpr"}
+INLINED_CALLS, CUSTOM_CALLS = CALL_PRIMITIVES_INLINED, CALL_PRIMITIVES_CUSTOM
 
 _ids = itertools.count()
 

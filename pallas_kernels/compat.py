@@ -121,3 +121,26 @@ __all__: Sequence[str] = (
     "JAX_VERSION", "TRITON_CUSTOM_CALL", "export_cuda_mlir", "fori_loop", "has_gpu", "pallas_call", "pl",
     "plgpu", "program_id", "ragged_dot", "triton_compiler_params", "triton_load", "triton_store",
 )
+
+
+# ---- jaxpr interpretation (used by jgnn's evaluator) ----------------------------------------------------
+
+# Call primitives, by name (their names changed across versions: ``pjit`` became ``jit``), and the param that
+# holds the callee. The first kind is inlined by jgnn; custom_jvp/vjp calls stay whole so their rules run.
+CALL_PRIMITIVES_INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+                           "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr"}
+CALL_PRIMITIVES_CUSTOM = {"custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+                          "custom_vjp_call_jaxpr": "fun_jaxpr"}
+
+
+def bind_primitive(prim: Any, params: dict, args) -> Any:
+    """Bind ``prim`` as ``jax.core.eval_jaxpr`` does.
+
+    ``get_bind_params`` returned ``(subfuns, params)`` before JAX 0.10 and returns params with the subfuns
+    folded in since.
+    """
+    bound = prim.get_bind_params(params)
+    if isinstance(bound, tuple) and len(bound) == 2 and isinstance(bound[1], dict):
+        subfuns, bound = bound
+        return prim.bind(*subfuns, *args, **bound)
+    return prim.bind(*args, **bound)

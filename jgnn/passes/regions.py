@@ -19,9 +19,9 @@ from collections.abc import Callable
 import numpy as np
 
 from jgnn import ir, residency
-from jgnn.compat import bind_primitive
 from jgnn.passes.context import Context
 from jgnn.rowwise import ELEMENTWISE, ROW_LENGTH_PARAMS, out_axis
+from pallas_kernels.compat import bind_primitive
 
 SHAPE_ONLY = frozenset({"broadcast_in_dim", "reshape", "squeeze"})
 

@@ -24,9 +24,9 @@ import numpy as np
 
 import pallas_kernels as pk
 from jgnn import edge_blocks, ir, residency
-from jgnn.compat import bind_primitive
 from jgnn.passes.context import Context, is_shared, producers
 from jgnn.report import KernelRecord
+from pallas_kernels.compat import bind_primitive
 
 KIND = "typed_matmul"
 
