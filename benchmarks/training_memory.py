@@ -140,6 +140,9 @@ def main(argv=None):
     ]
     rows = []
     wanted = set(args.models.split(","))
+    meta = {"device": str(jax.devices()[0]), "jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(
+        jax.lib, "__version__") else jax.__version__, "scale": scale, "date": time.strftime("%Y-%m-%d"),
+        "machine": "2-core CPU, 24 GiB (the project's CI-sized machine)"}
     fmt = lambda ms: "   (not run)" if ms is None else f"{ms:12.1f}"
     for name, make, graph in cases:
         if name.split("-")[0] not in wanted:
@@ -155,11 +158,9 @@ def main(argv=None):
               + ("" if row["remat_time_overhead"] is None else
                  f"  remat cost {100 * row['remat_time_overhead']:+.0f}% vs jgnn without remat "
                  f"(temp {row['jgnn_no_remat']['temp_bytes'] / 2**20:.1f} MiB)"), flush=True)
-    meta = {"device": str(jax.devices()[0]), "jax": jax.__version__, "scale": scale,
-            "date": time.strftime("%Y-%m-%d")}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        if args.out:  # after every model, so a run killed for memory keeps what it measured
+            with open(args.out, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

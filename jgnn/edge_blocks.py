@@ -21,7 +21,6 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 DEFAULT_BLOCK_BYTES = 4 << 20
 
@@ -222,12 +221,6 @@ def _att_bwd(score_fn, num_nodes, size, value_index, res, g):
 
 _attention.defvjp(_att_fwd, _att_bwd)
 
-
-def row_bytes(*arrays) -> int:
-    return sum(int(np.prod(np.shape(x)[1:], dtype=np.int64)) * 4 for x in arrays)
-
-
-# ---- typed matmul by gathering each row's weight, one block at a time --------------------------------------
 
 def typed_dot(dot_row: Callable, x, table, types, size: int):
     """``y[e] = dot_row(x[e], table[types[e]])`` over blocks of ``size`` rows.

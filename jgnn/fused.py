@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 import pallas_kernels as pk
-from jgnn import edge_blocks
+from jgnn import edge_blocks, mailbox
 from jgnn import layout as layout_lib
 
 
@@ -46,12 +46,6 @@ def gather_reduce(edge_fn: Callable, src, dst, edge, senders, receivers, *, num_
     return out[:, :width].astype(out_dtype)
 
 
-def _segment_softmax(logits, receivers, num_nodes):
-    maxs = jax.ops.segment_max(logits, receivers, num_nodes)
-    shifted = jnp.exp(logits - maxs[receivers])
-    return shifted / jax.ops.segment_sum(shifted, receivers, num_nodes)[receivers]
-
-
 def attention_aggregate(score_fn: Callable, src, dst, edge, values, senders, receivers, *, num_nodes: int,
                         value_index: str, backend: str, layout: layout_lib.GraphLayout | None, out_dtype):
     """``out[v] = Σ_{e→v} softmax_v(score_fn(src[s(e)], dst[v], edge[e]))[e] · values[idx(e)]``, ``[N, H, D]``.
@@ -78,7 +72,7 @@ def edge_softmax(score_fn: Callable, src, dst, edge, senders, receivers, *, num_
     @jax.checkpoint
     def run(src, dst, edge):
         logits = score_fn(tuple(x[senders] for x in src), tuple(x[receivers] for x in dst), tuple(edge))
-        return _segment_softmax(logits, receivers, num_nodes)
+        return mailbox.segment_softmax(logits, receivers, num_nodes)
 
     return run(tuple(src), tuple(dst), tuple(edge)).astype(out_dtype)
 

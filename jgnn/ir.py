@@ -43,10 +43,6 @@ class Value:
     def ndim(self) -> int:
         return len(self.shape)
 
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
     def __repr__(self) -> str:
         return f"v{self.id}:{np.dtype(self.dtype).name}{list(self.shape)}"
 
@@ -109,10 +105,6 @@ class Program:
     def __repr__(self) -> str:
         lines = [f"inputs: {self.inputs}"] + [f"  {op!r}" for op in self.ops] + [f"outputs: {self.outputs}"]
         return "\n".join(lines)
-
-
-def value_like(x) -> Value:
-    return Value(tuple(np.shape(x)), np.dtype(jax.numpy.result_type(x)) if not hasattr(x, "dtype") else x.dtype)
 
 
 def from_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Program:

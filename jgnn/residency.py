@@ -27,8 +27,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import numpy as np
-
 from jgnn import ir
 from jgnn.rowwise import out_axis
 
@@ -140,10 +138,6 @@ def row_gather_axis(op: ir.Op) -> int | None:
     if not collapsed and starts == tuple(range(cols)) and sizes == (1, *operand.shape[1:]):
         return 0 if offsets == tuple(range(1, operand.ndim + 1)) else None
     return None
-
-
-def is_row_gather(op: ir.Op) -> bool:
-    return row_gather_axis(op) is not None
 
 
 def is_row_scatter(op: ir.Op) -> bool:
@@ -388,11 +382,3 @@ def body_out_axis(body: ir.Program, axes) -> int | None:
         where.update((v.id, out) for v in op.outputs)
     results = {where.get(a.id) if isinstance(a, ir.Value) else None for a in body.outputs}
     return results.pop() if len(results) == 1 else None
-
-
-def edge_fraction(sizes: dict[str, int]) -> float:
-    return sizes.get("E", 0) / max(sizes.get("N", 1), 1)
-
-
-def nbytes(value: ir.Value) -> int:
-    return int(np.prod(value.shape, dtype=np.int64)) * np.dtype(value.dtype).itemsize

@@ -157,7 +157,3 @@ def out_axis(op: Op, axes: Axes) -> int | None:
 def is_rowwise(op: Op, batched: Sequence[bool]) -> bool:
     """True when ``op`` maps row i of its batched inputs (row axis 0) to row i of its outputs (axis 0)."""
     return out_axis(op, [0 if b else None for b in batched]) == 0
-
-
-def is_elementwise(op: Op) -> bool:
-    return op.name in ELEMENTWISE

@@ -23,7 +23,7 @@ import numpy as np
 
 from jgnn import fused, ir, residency
 from jgnn.passes import regions
-from jgnn.passes.context import Context, producers
+from jgnn.passes.context import Context
 from jgnn.passes.fusion import csr_source, dst_scatter, layout_inputs
 from jgnn.report import KernelRecord
 
@@ -112,7 +112,7 @@ def match_weighted_sum(alpha: ir.Value, ctx: Context, made_by, users) -> Weighte
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by, users = producers(program), ir.users(program)
+    made_by, users = ir.producers(program), ir.users(program)
     order = {id(op): i for i, op in enumerate(program.ops)}
     n = ctx.sizes.get("N")
     replaced: dict[int, ir.Op] = {}

@@ -14,10 +14,9 @@ is wider than the operands. It refuses when ``N ≥ E`` or when a wide result wo
 from __future__ import annotations
 
 import jax
-import numpy as np
 
 from jgnn import ir, residency
-from jgnn.passes.context import Context, flops, is_shared, producers, row_elems
+from jgnn.passes.context import Context, flops, is_shared, row_elems
 from jgnn.rowwise import ROW_LENGTH_PARAMS, out_axis
 
 KIND = "broadcast_reorder"
@@ -65,7 +64,7 @@ def _with_rows(params: dict, name: str, position: int, rows: int) -> dict:
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by = producers(program)
+    made_by = ir.producers(program)
     lazy: dict[int, _Lazy] = {}
     emitted: set[int] = set()
     ops: list[ir.Op] = []
@@ -195,7 +194,3 @@ def _try_lift(op: ir.Op, ctx: Context, lazy, made_by, n, e):
     ctx.applied(KIND, f"{described} moved to the nodes: {edges}→{rows} rows, est. "
                       f"{f_edge:.3g} → {cost_after:.3g} FLOP+elem")
     return new_ops, _Lazy(lifted.outputs[0], lz0.idx, lz0.key, out_ax, lz0.template, None)
-
-
-def estimated_saving(before: float, after: float) -> float:
-    return float(np.inf) if after == 0 else before / after

@@ -51,10 +51,6 @@ def flops(op: ir.Op) -> float:
     return float(sum(int(np.prod(o.shape, dtype=np.int64)) for o in op.outputs))
 
 
-def producers(program: ir.Program) -> dict[int, ir.Op]:
-    return ir.producers(program)
-
-
 def is_shared(ctx: Context, atom: ir.Atom) -> bool:
     """No graph axis: a weight, a constant or a scalar."""
     if isinstance(atom, ir.Const):

@@ -17,7 +17,7 @@ import numpy as np
 
 from jgnn import fused, ir, residency
 from jgnn.passes import regions
-from jgnn.passes.context import Context, producers
+from jgnn.passes.context import Context
 from jgnn.report import KernelRecord
 
 KIND = "fuse_gather_reduce"
@@ -47,7 +47,7 @@ def csr_source(backend: str, layout: tuple) -> str:
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by, users = producers(program), ir.users(program)
+    made_by, users = ir.producers(program), ir.users(program)
     order = {id(op): i for i, op in enumerate(program.ops)}
     n = ctx.sizes.get("N")
     replaced: dict[int, ir.Op] = {}
@@ -125,7 +125,7 @@ def run_gather_compute(program: ir.Program, ctx: Context) -> ir.Program:
     """
     if ctx.backend == "xla":
         return program
-    made_by, users = producers(program), ir.users(program)
+    made_by, users = ir.producers(program), ir.users(program)
     order = {id(op): i for i, op in enumerate(program.ops)}
     replaced: dict[int, ir.Op] = {}
     fused_away: set[int] = set()

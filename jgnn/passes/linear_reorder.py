@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from jgnn import ir
-from jgnn.passes.context import Context, is_shared, producers
+from jgnn.passes.context import Context, is_shared
 from jgnn.passes.typed_matmul import typed_table
 
 KIND = "linear_reorder"
@@ -56,7 +56,7 @@ def _flops_before_after(rows, d_in, d_mid, d_out, k):
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by, users = producers(program), ir.users(program)
+    made_by, users = ir.producers(program), ir.users(program)
     dropped: set[int] = set()
     new_ops: dict[int, list[ir.Op]] = {}
     for op2 in program.ops:

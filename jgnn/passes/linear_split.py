@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from jgnn import ir
-from jgnn.passes.context import Context, is_shared, producers
+from jgnn.passes.context import Context, is_shared
 
 KIND = "linear_split"
 
@@ -56,7 +56,7 @@ def _split_concat(op, cat, ctx, made_by):
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by = producers(program)
+    made_by = ir.producers(program)
     ops: list[ir.Op] = []
     for op in program.ops:
         lhs_op = made_by.get(op.inputs[0].id) if op.name == "dot_general" and isinstance(

@@ -24,7 +24,7 @@ import numpy as np
 
 import pallas_kernels as pk
 from jgnn import edge_blocks, ir, residency
-from jgnn.passes.context import Context, is_shared, producers
+from jgnn.passes.context import Context, is_shared
 from jgnn.report import KernelRecord
 from pallas_kernels.compat import bind_primitive
 
@@ -51,7 +51,7 @@ def typed_table(atom: ir.Atom, ctx: Context, made_by):
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by = producers(program)
+    made_by = ir.producers(program)
     ops = []
     for op in program.ops:
         typed = typed_table(op.inputs[1], ctx, made_by) if op.name == "dot_general" else None
