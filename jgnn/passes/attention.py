@@ -98,8 +98,8 @@ def match_weighted_sum(alpha: ir.Value, ctx: Context, made_by, users) -> Weighte
         return None
     heads = int(np.prod(alpha.shape[1:], dtype=np.int64))
     width = int(np.prod(out.outputs[0].shape[1:], dtype=np.int64))
-    # α must scale whole per-head rows: [.., H, 1] against [.., H, D] with D trailing.
-    if a.shape[-1:] != (1,) and heads != 1 or width % heads or not isinstance(other, ir.Value):
+    scales_whole_rows = heads == 1 or a.shape[-1:] == (1,)  # α as [.., H, 1] against values [.., H, D]
+    if not scales_whole_rows or width % heads or not isinstance(other, ir.Value):
         return None
     producer = made_by.get(other.id)
     if producer is not None and producer.name == "gather" and residency.row_gather_axis(producer) == 0 \
