@@ -178,7 +178,10 @@ class Compiled:
 
     def _key(self, flat: Flat, layout) -> Any:
         avals = tuple((np.shape(x), jnp.result_type(x).name) for x in flat.arrays)
-        return flat.static, avals, layout is None
+        # A layout's shapes are part of the signature (the number of typed pairs varies by graph).
+        layout_key = None if layout is None else (jax.tree_util.tree_structure(layout), tuple(
+            np.shape(x) for x in jax.tree_util.tree_leaves(layout)))
+        return flat.static, avals, layout_key
 
     def _plan_for(self, flat: Flat, layout) -> Plan:
         key = self._key(flat, layout)

@@ -259,3 +259,27 @@ def test_traced_scalar_constants_under_grad():
         return jnp.sum(layer(graph).nodes["h"] ** 2)
 
     np.testing.assert_allclose(jax.grad(f)(0.1, "xla"), jax.grad(f)(0.1, "reference"), rtol=1e-5)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_compact_materialize_per_source_and_edge_type(padded):
+    from jgnn.layout import GraphLayout
+
+    rng = _rng()
+    graph = random_graph(rng, 20, 200, 7, edge_types=3, isolated=2)
+    graph = pad(graph) if padded else graph
+    layout = GraphLayout.from_graph(graph, padded=padded)
+    parts = make_rgcn(rng, 7)
+    layer = jgnn.message_passing(*parts, backend="xla")
+    reference = jgnn.message_passing(*parts, backend="reference")
+    applied = [r.detail for r in jgnn.explain(layer, graph, layout=layout).applied_rewrites
+               if r.kind == "compact_materialize"]
+    assert applied and "unique (source, edge type) pairs" in applied[0]
+    mask = real_nodes(graph) if padded else slice(None)
+    np.testing.assert_allclose(layer(graph, layout=layout).nodes["h"][mask], reference(graph).nodes["h"][mask], **TOL)
+
+    def loss(h, f, **kw):
+        return jnp.sum(jnp.sin(f(graph._replace(nodes={**graph.nodes, "h": h}), **kw).nodes["h"][mask]))
+
+    np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], layer, layout=layout),
+                               jax.grad(loss)(graph.nodes["h"], reference), **TOL)

@@ -29,6 +29,7 @@ from jgnn.report import KernelRecord
 from pallas_kernels.compat import bind_primitive
 
 KIND = "typed_matmul"
+COMPACT = "compact_materialize"
 
 
 def typed_table(atom: ir.Atom, ctx: Context, made_by):
@@ -75,11 +76,18 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         contract = rc[0]  # the table's type axis sits where the gathered weight's row axis was
         groups = int(table.shape[0])
         impl_name, why = choose_impl(ctx.backend)
-        impl = ir.opaque(functools.partial(_run, impl=impl_name, heads=heads, contract=contract, groups=groups,
-                                           backend=ctx.backend, out_dtype=op.outputs[0].dtype, dot=op),
-                         "typed_matmul", ctx.info(idx).residency)
-        ops.append(ir.Op("typed_matmul", (x, table, idx), op.outputs, {
-            "jgnn_residency": (ctx.info(idx).residency,), "jgnn_movement": "dense"}, impl=impl, origin=KIND))
+        run_typed = functools.partial(_run, impl=impl_name, heads=heads, contract=contract, groups=groups,
+                                      backend=ctx.backend, out_dtype=op.outputs[0].dtype, dot=op)
+        residency_out = ctx.info(idx).residency
+        compact = _compact_pairs(x, idx, ctx, made_by)
+        if compact is None:
+            impl, inputs = ir.opaque(run_typed, "typed_matmul", residency_out), (x, table, idx)
+        else:
+            node_rows, pairs = compact
+            impl = ir.opaque(functools.partial(_run_pairs, run_typed), "typed_matmul", residency_out)
+            inputs = (node_rows, table, pairs.pair_src, pairs.pair_type, pairs.edge_pair)
+        ops.append(ir.Op("typed_matmul", inputs, op.outputs, {
+            "jgnn_residency": (residency_out,), "jgnn_movement": "dense"}, impl=impl, origin=KIND))
         e, din = x.shape[0], x.shape[-1]
         dout = op.outputs[0].shape[-1]
         ctx.report.kernels.append(KernelRecord(
@@ -89,6 +97,33 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         ctx.applied(KIND, f"x @ W[{ctx.info(idx).index}] over {e} rows as a grouped matmul: the "
                           f"[{e}, {din}, {dout}] weight gather is never built")
     return ir.Program(program.inputs, program.outputs, ops)
+
+
+def _compact_pairs(x: ir.Atom, idx: ir.Value, ctx: Context, made_by):
+    """(node rows, pairs) when ``x`` is source rows and the layout knows the unique (source, edge type) pairs,
+    and they are fewer than the edges (Hector's compact materialisation); else None, with the reason."""
+    gather = made_by.get(x.id) if isinstance(x, ir.Value) else None
+    if ctx.info(idx).index != "edge_type" or gather is None or gather.name != "gather" or \
+            residency.row_gather_axis(gather) != 0 or ctx.info(gather.inputs[1]).index != "src":
+        return None
+    pairs = jax.tree_util.tree_unflatten(ctx.layout_tree, ctx.layout_values).pairs if ctx.layout_values else None
+    e = x.shape[0]
+    if pairs is None or pairs.edge_pair.shape[0] != e:
+        ctx.skipped(COMPACT, f"x[src] @ W[edge_type] over {e} edges: pass a GraphLayout of the typed graph to "
+                             "compute it once per unique (source, edge type) pair")
+        return None
+    u = pairs.pair_src.shape[0]
+    if u >= e:
+        ctx.skipped(COMPACT, f"x[src] @ W[edge_type]: {u} unique (source, type) pairs for {e} edges, no saving")
+        return None
+    ctx.applied(COMPACT, f"x[src] @ W[edge_type] computed for {u} unique (source, edge type) pairs instead of "
+                         f"{e} edges ({e / u:.2f}× compaction), then gathered per edge")
+    return gather.inputs[0], pairs
+
+
+def _run_pairs(run_typed, node_rows, table, pair_src, pair_type, edge_pair):
+    (per_pair,) = run_typed(node_rows[pair_src], table, pair_type[:, None])
+    return [per_pair[edge_pair]]
 
 
 def choose_impl(backend: str) -> tuple[str, str]:
