@@ -166,11 +166,21 @@ def _is_per_row_gather(op: ir.Op) -> bool:
         getattr(dn, "start_indices_batching_dims", ())) == (0,)
 
 
+def _is_lookup(op: ir.Op, operand: Info, idx: Info) -> bool:
+    """A shared table read once per row of a graph-resident index array: output row i uses index row i only."""
+    dn = op.params.get("dimension_numbers")
+    return (dn is not None and operand.residency == SHARED and not operand.expanded and idx.axis == 0
+            and idx.residency in (NODE, EDGE) and 0 not in tuple(dn.offset_dims)
+            and not getattr(dn, "operand_batching_dims", ()))
+
+
 def _rule_gather(op, infos, sizes):
     operand, idx = infos
     if _is_per_row_gather(op) and operand.axis == 0 and idx.axis == 0:
         return [Info(_join([operand, idx]))], "dense"
     axis = row_gather_axis(op)
+    if axis is None and _is_lookup(op, operand, idx):  # W[t, id]: rows of a weight table, one lookup per row
+        return [Info(idx.residency)], "broadcast_type" if idx.index in _TYPE_TABLE else "dense"
     if axis is None:
         if operand.residency in GRAPH_AXES or idx.residency in GRAPH_AXES:
             raise _Unknown("gather that does not take whole rows along the leading axis")
@@ -180,6 +190,8 @@ def _rule_gather(op, infos, sizes):
             if operand.residency == SHARED:
                 return [Info(SHARED)], "dense"
             raise _Unknown("gather of graph rows by constant indices")
+        if _is_lookup(op, operand, idx):  # an embedding lookup: any ids, into a weight table
+            return [Info(idx.residency)], "dense"
         raise _Unknown("gather with data-dependent indices (not derived from senders, receivers, types or "
                        "counts)")
     movement = _GATHER_MOVEMENT[idx.index]
