@@ -132,7 +132,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             continue
         e = sm.scores.shape[0]
         ws = match_weighted_sum(sm.alpha, ctx, made_by, users)
-        src_index = region.src_index or (ws and ws.src_index) or regions.find_src_index(program, ctx, e, op)
+        src_index = region.src_index or (ws and ws.src_index) or regions.find_index(program, ctx, "src", e, op)
         if src_index is None:
             ctx.skipped(KIND, "edge softmax on a graph whose source ids are not in the program")
             continue

@@ -69,7 +69,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         widths_ok = region is not None and all(
             int(np.prod(a.shape[1:], dtype=np.int64)) in (1, width) for g in region.groups.values() for a in g)
         src_index = region.src_index if region is not None else None
-        src_index = src_index or regions.find_src_index(program, ctx, e, op)
+        src_index = src_index or regions.find_index(program, ctx, "src", e, op)
         if not widths_ok or src_index is None:
             ctx.skipped(KIND, "messages are not a lane-wise function of gathered node rows, edge rows and "
                               "constants")
@@ -149,8 +149,8 @@ def run_gather_compute(program: ir.Program, ctx: Context) -> ir.Program:
         g = region.groups
         if any(int(np.prod(a.shape[1:], dtype=np.int64)) not in (1, width) for grp in g.values() for a in grp):
             continue
-        src_index = region.src_index or regions.find_src_index(program, ctx, e, op)
-        dst_index = region.dst_index or _find_dst_index(program, ctx, e, op)
+        src_index = region.src_index or regions.find_index(program, ctx, "src", e, op)
+        dst_index = region.dst_index or regions.find_index(program, ctx, "dst", e, op)
         if src_index is None or dst_index is None:
             continue
         layout = layout_inputs(ctx, e)
@@ -168,18 +168,6 @@ def run_gather_compute(program: ir.Program, ctx: Context) -> ir.Program:
         ctx.applied(GATHER_COMPUTE, f"gather→{len(region.ops)} lane-wise ops over {e} edges, written once per edge "
                                     f"(the edge values are needed as {list(root.shape)})")
     return regions.replace_ops(program, replaced, fused_away)
-
-
-def _find_dst_index(program, ctx, e, before):
-    for op in program.ops:
-        if op is before:
-            break
-        if op.name == "gather" and ctx.info(op.inputs[1]).index == "dst" and op.inputs[1].shape[:1] == (e,):
-            return op.inputs[1]
-    for v, tag in zip(program.inputs, ctx.tags, strict=False):
-        if tag.role == "receivers" and v.shape[:1] == (e,):
-            return v
-    return None
 
 
 def _run_gather_compute(edge_fn, n_src, n_dst, n_layout, *args, num_nodes, width, backend, out_shape, out_dtype,

@@ -184,15 +184,19 @@ def as_rows(x, rows: int):
     return jnp.broadcast_to(flat, (rows, flat.shape[1]))
 
 
-def find_src_index(program: ir.Program, ctx: Context, e: int, before: ir.Op) -> ir.Value | None:
-    """A source-id array for ``e`` edges defined before ``before``: a src gather's index, else ``senders``."""
+_INDEX_INPUT = {"src": "senders", "dst": "receivers"}
+
+
+def find_index(program: ir.Program, ctx: Context, kind: str, e: int, before: ir.Op) -> ir.Value | None:
+    """An id array of ``kind`` ("src"/"dst") for ``e`` edges, defined before ``before``: the index of a gather
+    of that kind, else the graph's ``senders``/``receivers``."""
     for op in program.ops:
         if op is before:
             break
-        if op.name == "gather" and ctx.info(op.inputs[1]).index == "src" and op.inputs[1].shape[:1] == (e,):
+        if op.name == "gather" and ctx.info(op.inputs[1]).index == kind and op.inputs[1].shape[:1] == (e,):
             return op.inputs[1]
     for v, tag in zip(program.inputs, ctx.tags, strict=False):
-        if tag.role == "senders" and v.shape[:1] == (e,):
+        if tag.role == _INDEX_INPUT[kind] and v.shape[:1] == (e,):
             return v
     return None
 
