@@ -26,7 +26,7 @@ import numpy as np
 
 from jgnn import ir, residency
 from jgnn import remat as remat_lib
-from jgnn.report import EquationRecord, FallbackRecord, Report
+from jgnn.report import EquationRecord, FallbackRecord, KernelRecord, Report
 
 BACKENDS = ("auto", "pallas", "pallas_interpret", "xla", "reference")
 _GRAPH_ROLES = {"nodes": "nodes", "edges": "edges", "senders": "senders", "receivers": "receivers",
@@ -151,6 +151,9 @@ def build_plan(fn: Callable, flat: Flat, *, backend: str, remat: Any, layout=Non
     report.equations = [EquationRecord(r.primitive, r.movement, r.out_residency, r.shape, r.index)
                         for op in program.ops if (r := analysis.records.get(id(op))) is not None]
     report.fallbacks = [FallbackRecord(f.reason, f.primitive) for f in analysis.fallbacks]
+    report.kernels = [KernelRecord(kind, backend, "made when a jgnn layer inside this function was compiled")
+                      for op in program.ops if ir.is_fused_call(op.params)
+                      for kind, backend, _ in [ir.fused_call(op.params)]]
     if report.fallbacks:
         report.notes.append("values computed from a fallback region run as in the reference program")
     plan = Plan(program, out_tree, report)

@@ -150,25 +150,28 @@ def _translate(jaxpr: jcore.Jaxpr, env: dict, ops: list[Op]) -> None:
         env.update((v, o) for v, o in zip(eqn.outvars, outs, strict=True) if not isinstance(v, jcore.DropVar))
 
 
-FUSED_PREFIX = "jgnn_fused_"
+FUSED_PREFIX = "jgnn_fused"
 
 
-def opaque(impl: Callable, kind: str, residency: str) -> Callable:
+def opaque(impl: Callable, kind: str, residency: str, backend: str) -> Callable:
     """A fused op's implementation as a named ``jit``, so that compiling code that calls it again (a model of
-    compiled layers) keeps it as one op whose output residency is in its name instead of re-analysing it."""
+    compiled layers) keeps it as one op instead of re-analysing it. The name carries what the outer analysis
+    needs: ``jgnn_fused__<kind>__<backend>__<output residency>``."""
     def run(*args):
         return impl(*args)
 
-    run.__name__ = run.__qualname__ = f"{FUSED_PREFIX}{kind}__{residency}"
+    run.__name__ = run.__qualname__ = f"{FUSED_PREFIX}__{kind}__{backend}__{residency}"
     return jax.jit(run)
 
 
 def is_fused_call(params: dict) -> bool:
-    return str(params.get("name", "")).startswith(FUSED_PREFIX)
+    return str(params.get("name", "")).startswith(FUSED_PREFIX + "__")
 
 
-def fused_residency(params: dict) -> str:
-    return str(params["name"]).rsplit("__", 1)[1]
+def fused_call(params: dict) -> tuple[str, str, str]:
+    """(kind, backend, output residency) of an inner fused op (see `opaque`)."""
+    _, kind, backend, residency = str(params["name"]).split("__")
+    return kind, backend, residency
 
 
 def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], Any] | None = None) -> list[Any]:

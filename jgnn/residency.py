@@ -332,7 +332,7 @@ def _apply(op: ir.Op, infos: list[Info], sizes) -> tuple[list[Info], str]:
     if "jgnn_residency" in op.params:  # a fused op made by a pass says where its outputs live
         return [Info(r) for r in op.params["jgnn_residency"]], op.params.get("jgnn_movement", "dense")
     if ir.is_fused_call(op.params):  # a fused op of an inner compiled layer, kept whole (see ir.opaque)
-        where = ir.fused_residency(op.params)
+        where = ir.fused_call(op.params)[2]
         return [Info(where)] * len(op.outputs), "reduce" if where == NODE else "dense"
     counts = _rule_counts(op, infos, sizes) if any(i.index in ("n_node", "n_edge") for i in infos) else None
     if counts is not None:

@@ -161,3 +161,26 @@ def test_edge_outputs_fuse_into_gather_compute_on_kernel_backends():
 
     np.testing.assert_allclose(jax.grad(loss)(graph.nodes, compiled), jax.grad(loss)(graph.nodes, model), **TOL)
     assert "gather_compute" not in {k.op for k in jgnn.explain(jgnn.compile(model, backend="xla"), graph).kernels}
+
+
+def test_nested_compilation_keeps_inner_fused_ops_whole():
+    from models import make_gat
+
+    rng = np.random.default_rng()
+    graph = random_graph(rng, 16, 60, 7)
+    phi, rho, psi = make_gat(rng, 7)[:3]
+    inner = jgnn.message_passing(phi, rho, psi, backend="xla")
+    reference = jgnn.message_passing(phi, rho, psi, backend="reference")
+
+    def model(g, layer):
+        h = layer(g).nodes["h"]
+        return jnp.tanh(h) @ jnp.ones((h.shape[-1], 3))
+
+    outer = jgnn.compile(lambda g: model(g, inner), backend="xla")
+    report = jgnn.explain(outer, graph)
+    assert not report.fallbacks
+    assert [(k.op, k.backend) for k in report.kernels] == [("attention", "xla")]
+    np.testing.assert_allclose(outer(graph), model(graph, reference), **TOL)
+    grads = [jax.grad(lambda h, f=f: jnp.sum(f(graph._replace(nodes={"h": h}))))(graph.nodes["h"])
+             for f in (outer, lambda g: model(g, reference))]
+    np.testing.assert_allclose(*grads, **TOL)

@@ -148,7 +148,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             impl = ir.opaque(functools.partial(_run_attention, region, sizes, len(layout), num_nodes=n, backend=backend,
                                      value_index=ws.value_index, heads=sm.scores.shape[1:],
                                      out_shape=ws.out.outputs[0].shape, out_dtype=ws.out.outputs[0].dtype,
-                                     layout_tree=ctx.layout_tree), "attention", "node")
+                                     layout_tree=ctx.layout_tree), "attention", "node", backend)
             inputs = head + (ws.values, src_index, ws.out.inputs[1]) + tuple(layout)
             replaced[id(ws.out)] = ir.Op("fused_attention", inputs, ws.out.outputs,
                                          {"jgnn_residency": ("node",), "jgnn_movement": "reduce"}, impl=impl,
@@ -164,7 +164,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                               f"{list(sm.scores.shape)} and weights are recomputed, never stored)")
         else:
             impl = ir.opaque(functools.partial(_run_softmax, region, sizes, num_nodes=n, out_dtype=sm.alpha.dtype),
-                             "edge_softmax", "edge")
+                             "edge_softmax", "edge", "xla")
             inputs = head + (src_index, op.inputs[1])
             replaced[id(sm.ops[-1])] = ir.Op("fused_edge_softmax", inputs, (sm.alpha,),
                                              {"jgnn_residency": ("edge",), "jgnn_movement": "norm"}, impl=impl,

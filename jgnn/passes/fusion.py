@@ -79,7 +79,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         impl = ir.opaque(functools.partial(_run, regions.evaluator(region, lanes=True), len(g["src"]),
                                  len(g["dst"]) + len(g["const"]), len(layout), num_nodes=n, width=width,
                                  backend=ctx.backend, out_shape=op.outputs[0].shape, out_dtype=op.outputs[0].dtype,
-                                 layout_tree=ctx.layout_tree), "gather_reduce", "node")
+                                 layout_tree=ctx.layout_tree), "gather_reduce", "node", ctx.backend)
         inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (src_index, op.inputs[1]) \
             + tuple(layout)
         replaced[id(op)] = ir.Op("fused_gather_reduce", inputs, op.outputs,
@@ -158,7 +158,7 @@ def run_gather_compute(program: ir.Program, ctx: Context) -> ir.Program:
                                            len(g["dst"]) + len(g["const"]), len(layout), num_nodes=ctx.sizes["N"],
                                            width=width, backend=ctx.backend, out_shape=root.shape,
                                            out_dtype=root.dtype, layout_tree=ctx.layout_tree),
-                         "gather_compute", "edge")
+                         "gather_compute", "edge", ctx.backend)
         inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (src_index, dst_index) + tuple(layout)
         replaced[id(op)] = ir.Op("fused_gather_compute", inputs, (root,), {"jgnn_residency": ("edge",)},
                                  impl=impl, origin=GATHER_COMPUTE)

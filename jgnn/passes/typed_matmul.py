@@ -81,10 +81,10 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         residency_out = ctx.info(idx).residency
         compact = _compact_pairs(x, idx, ctx, made_by)
         if compact is None:
-            impl, inputs = ir.opaque(run_typed, "typed_matmul", residency_out), (x, table, idx)
+            impl, inputs = ir.opaque(run_typed, "typed_matmul", residency_out, ctx.backend), (x, table, idx)
         else:
             node_rows, pairs = compact
-            impl = ir.opaque(functools.partial(_run_pairs, run_typed), "typed_matmul", residency_out)
+            impl = ir.opaque(functools.partial(_run_pairs, run_typed), "typed_matmul", residency_out, ctx.backend)
             inputs = (node_rows, table, pairs.pair_src, pairs.pair_type, pairs.edge_pair)
         ops.append(ir.Op("typed_matmul", inputs, op.outputs, {
             "jgnn_residency": (residency_out,), "jgnn_movement": "dense"}, impl=impl, origin=KIND))
