@@ -82,9 +82,8 @@ def test_attention_is_fused_and_matches_reference(model, backend):
     report = jgnn.explain(layer, graph)
     kernels = {k.op: k for k in report.kernels}
     assert "attention_aggregate" in kernels, str(report)
-    # Lane-wise scores (GAT) run on the requested backend; HGT's dot-product scores fall back to XLA, said why.
-    expected = backend if model.startswith("gat") else "xla"
-    assert kernels["attention_aggregate"].backend == expected
+    # GAT's lane-wise scores and HGT's dot-product scores (safe on zero-padded lanes) both run on the kernel.
+    assert kernels["attention_aggregate"].backend == backend
     np.testing.assert_allclose(layer(graph).nodes["h"], reference(graph).nodes["h"], **TOL)
 
     def loss(h, f):
@@ -159,7 +158,10 @@ def test_edge_outputs_fuse_into_gather_compute_on_kernel_backends():
     def loss(nodes, f):
         return sum(jnp.sum(jnp.sin(x)) for x in jax.tree_util.tree_leaves(f(graph._replace(nodes=nodes))))
 
-    np.testing.assert_allclose(jax.grad(loss)(graph.nodes, compiled), jax.grad(loss)(graph.nodes, model), **TOL)
+    # The kernel's backward sums each node's edge terms in CSR order, XLA's scatter in another: for this
+    # gradient (edge and node updates, many terms of magnitude ~10) float32 reassociation reaches ~5e-5.
+    np.testing.assert_allclose(jax.grad(loss)(graph.nodes, compiled), jax.grad(loss)(graph.nodes, model),
+                               rtol=2e-4, atol=2e-4)
     assert "gather_compute" not in {k.op for k in jgnn.explain(jgnn.compile(model, backend="xla"), graph).kernels}
 
 
@@ -184,3 +186,20 @@ def test_nested_compilation_keeps_inner_fused_ops_whole():
     grads = [jax.grad(lambda h, f=f: jnp.sum(f(graph._replace(nodes={"h": h}))))(graph.nodes["h"])
              for f in (outer, lambda g: model(g, reference))]
     np.testing.assert_allclose(*grads, **TOL)
+
+
+def test_scores_unsafe_on_padded_lanes_stay_on_xla():
+    rng = np.random.default_rng()
+    graph = random_graph(rng, 14, 50, 7)
+
+    def phi(s, d, e):  # exp(0) = 1 on a padded lane would enter the sum: not safe for the Pallas kernel
+        return {"score": jnp.sum(jnp.exp(0.1 * s["h"] * d["h"]), -1, keepdims=True), "v": s["h"]}
+
+    def rho(mb, node):
+        return {"h": jgnn.sum(jgnn.softmax(mb["score"]) * mb["v"])}
+
+    layer = jgnn.message_passing(phi, rho, backend="pallas_interpret")
+    kernel = {k.op: k for k in jgnn.explain(layer, graph).kernels}["attention_aggregate"]
+    assert kernel.backend == "xla" and "zero-padded" in kernel.detail
+    reference = jgnn.message_passing(phi, rho, backend="reference")
+    np.testing.assert_allclose(layer(graph).nodes["h"], reference(graph).nodes["h"], **TOL)

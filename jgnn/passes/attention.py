@@ -140,9 +140,10 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         g = region.groups
         head = tuple(g["src"] + g["dst"] + g["edge"] + g["const"])
         sizes = (len(g["src"]), len(g["dst"]), len(g["edge"]), len(g["const"]))
-        lanes = all(regions.is_lane_op(o) for o in region.ops) and all(
-            regions._squeezed(a.shape[1:]) in ((), regions._squeezed(sm.scores.shape[1:]))
-            for group in g.values() for a in group)
+        heads = regions._squeezed(sm.scores.shape[1:])
+        lanes = all(regions.is_lane_op(o) or o.name == "reduce_sum" for o in region.ops) \
+            and regions.zero_padding_safe(region) \
+            and all(regions._squeezed(a.shape[1:])[:1] in ((), heads) for group in g.values() for a in group)
         if ws is not None:
             backend = ctx.backend if lanes else "xla"
             impl = ir.opaque(functools.partial(_run_attention, region, sizes, len(layout), num_nodes=n, backend=backend,
@@ -154,8 +155,8 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                                          {"jgnn_residency": ("node",), "jgnn_movement": "reduce"}, impl=impl,
                                          origin=KIND)
             fused_away.update(id(o) for o in sm.ops + region.ops + ws.ops)
-            why = "" if backend == ctx.backend else " (scores use feature reductions or reshapes; the Pallas " \
-                                                    "kernel needs lane-wise scores, so XLA runs it)"
+            why = "" if backend == ctx.backend else " (the scores are not lane-wise or not safe on zero-padded " \
+                                                    "lanes, which the Pallas kernel needs, so XLA runs it)"
             ctx.report.kernels.append(KernelRecord(
                 "attention_aggregate", backend,
                 f"{len(region.ops)} score ops, values by {ws.value_index}, heads {list(sm.scores.shape[1:])}; "
@@ -192,8 +193,13 @@ def _run_attention(region, sizes, n_layout, *args, num_nodes, backend, value_ind
     if backend == "xla":
         score_fn = _flat_scores(regions.evaluator(region, lanes=False, consts=consts), h)
     else:
-        # The kernel takes [*, H] score operands: widen scalars and width-1 columns to every head.
-        per_head = lambda x: jnp.broadcast_to(jnp.reshape(x, (x.shape[0], -1)), (x.shape[0], h))
+        # The kernel takes [*, H] or [*, H, Dk] score operands: widen scalars and width-1 columns to every head.
+        def per_head(x):
+            rows = jnp.reshape(x, (x.shape[0], -1))
+            if rows.shape[1] in (1, h):
+                return jnp.broadcast_to(rows, (x.shape[0], h))
+            return jnp.reshape(x, (x.shape[0], h, -1))
+
         score_fn = regions.evaluator(region, lanes=True)
         src, edge = tuple(map(per_head, src)), tuple(map(per_head, edge))
         dst = tuple(map(per_head, dst + tuple(regions.as_rows(c, num_nodes) for c in consts)))

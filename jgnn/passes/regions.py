@@ -14,6 +14,7 @@ A region runs in one of two modes:
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable
 
 import numpy as np
@@ -51,6 +52,40 @@ def is_lane_op(op: ir.Op) -> bool:
     return False
 
 
+def zero_padding_safe(region: Region) -> bool:
+    """Whether the region gives the same result when the kernel pads every operand's lanes with zeros.
+
+    Padded lanes only matter where a reduction sums over them, so track which values are zero there:
+    operands are; a product with such a factor is; sums and differences of such values are; a division
+    of one by a nonzero constant is. A ``reduce_sum`` is safe on such a value only (a dot product), and no
+    other reduction is allowed. Everything else may hold garbage in padded lanes, which the kernel masks.
+    """
+    zero = set(region.slots)
+
+    def is_zero(a):
+        return isinstance(a, ir.Value) and a.id in zero
+
+    for op in region.ops:
+        a = op.inputs
+        if op.name == "reduce_sum":
+            if not is_zero(a[0]):
+                return False
+            ok = True
+        elif op.name.startswith("reduce_") or op.name in ("argmax", "argmin"):
+            return False
+        elif op.name == "mul":
+            ok = any(map(is_zero, a))
+        elif op.name in ("add", "sub"):
+            ok = all(map(is_zero, a))
+        elif op.name == "div":
+            ok = is_zero(a[0]) and isinstance(a[1], ir.Const) and np.all(np.asarray(a[1].value) != 0)
+        else:
+            ok = (op.name in SHAPE_ONLY or op.name in ("neg", "convert_element_type")) and is_zero(a[0])
+        if ok:
+            zero.add(op.outputs[0].id)
+    return True
+
+
 def edge_rowwise(op: ir.Op, ctx: Context) -> bool:
     """Row-wise on the edge axis (axis 0) and not a matmul against a weight matrix.
 
@@ -76,11 +111,12 @@ def grow(root: ir.Value, made_by, users, admit: Callable[[ir.Op], bool], order: 
     region: dict[int, ir.Op] = {}
     member_ops: set[int] = set(allowed_readers)
     leaves: dict[int, ir.Value] = {}
-    stack = [root]
-    while stack:
-        v = stack.pop()
-        if v.id in region or v.id in leaves:
-            continue
+    # Latest-defined value first: all readers of a value come after it, so they are decided before it is.
+    position = lambda v: order.get(id(made_by.get(v.id)), -1)
+    heap = [(-position(root), root.id, root)]
+    queued = {root.id}
+    while heap:
+        _, _, v = heapq.heappop(heap)
         op = made_by.get(v.id)
         readers = users.get(v.id, [])
         read_inside = v.id == root.id or all(id(u) in member_ops for u in readers)
@@ -90,9 +126,10 @@ def grow(root: ir.Value, made_by, users, admit: Callable[[ir.Op], bool], order: 
         region[v.id] = op
         member_ops.add(id(op))
         for a in op.inputs:
-            if isinstance(a, ir.Value):
-                stack.append(a)
-            elif np.ndim(a.value) != 0:
+            if isinstance(a, ir.Value) and a.id not in queued:
+                queued.add(a.id)
+                heapq.heappush(heap, (-position(a), a.id, a))
+            elif isinstance(a, ir.Const) and np.ndim(a.value) != 0:
                 return None
     ops = sorted(region.values(), key=lambda o: order[id(o)])
     return ops, leaves
