@@ -50,6 +50,25 @@ def test_compiled_jraph_gcn_on_kernel_matches():
     assert jgnn.explain(compiled, graph).kernels
 
 
+@pytest.mark.parametrize("model", ["gat", "hgt", "rgcn"])
+def test_attention_and_typed_layers_lower_for_cuda(model):
+    from models import make_gat, make_hgt, make_rgcn
+
+    rng = np.random.default_rng()
+    graph = random_graph(rng, 16, 60, 7, node_types=2, edge_types=3)
+    parts = {"gat": make_gat, "hgt": make_hgt, "rgcn": make_rgcn}[model](rng, 7)
+    layer = jgnn.message_passing(*parts[:3], backend="pallas")
+    kernels = {k.op for k in jgnn.explain(layer, graph).kernels}
+    assert kernels & {"attention_aggregate", "typed_matmul"}, kernels
+
+    def step(h):
+        return jax.value_and_grad(lambda x: jnp.sum(layer(graph._replace(nodes={**graph.nodes, "h": x})).nodes["h"]))(h)
+
+    checks = [jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
+    exported = jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=checks)(graph.nodes["h"])
+    assert "__gpu$xla.gpu.triton" in exported.mlir_module()
+
+
 def test_pallas_backend_lowers_for_cuda_without_a_gpu():
     rng = np.random.default_rng()
     graph = _gcn_graph(rng, d=41)
