@@ -283,3 +283,22 @@ def test_compact_materialize_per_source_and_edge_type(padded):
 
     np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], layer, layout=layout),
                                jax.grad(loss)(graph.nodes["h"], reference), **TOL)
+
+
+def test_impure_op_on_edge_data_falls_back_and_still_runs():
+    rng = _rng()
+    graph = _plain(rng)
+    W = jnp.asarray(rng.normal(size=(8, 8)), jnp.float32)
+    seen = []
+
+    def model(g):
+        m = g.nodes[g.senders] @ W
+        jax.debug.callback(lambda x: seen.append(x.shape), m)  # a host callback on edge data: impure
+        return g._replace(nodes=jax.ops.segment_sum(m, g.receivers, g.nodes.shape[0]))
+
+    compiled = jgnn.compile(model, backend="xla")
+    np.testing.assert_allclose(compiled(graph).nodes, model(graph).nodes, **TOL)
+    assert len(seen) == 2, "the callback ran for the compiled and the original program"
+    report = jgnn.explain(compiled, graph)
+    assert any("callback" in f.primitive for f in report.fallbacks)
+    assert not report.applied_rewrites  # nothing moves around an effect
