@@ -26,7 +26,57 @@ def _heads_out(agg, concat: bool, bias):
     return out if bias is None else out + bias
 
 
-class GATConv(nn.Module):
+class _HeadAttention(nn.Module):
+    """What GAT and GATv2 share: options, self-loops, dropout, per-head softmax, head concat/mean and bias.
+
+    Subclasses define `edge_scores`, which makes their parameters and returns ``score(src, dst) ->
+    (logit [H], value [H, C])`` for one edge.
+    """
+
+    features: int
+    num_heads: int = 1
+    concat: bool = True
+    negative_slope: float = 0.2
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    add_self_loops: bool = True
+    use_bias: bool = True
+    backend: str = "auto"
+    remat: str = "auto"
+
+    def edge_scores(self, d_in: int, heads: int, width: int):
+        raise NotImplementedError
+
+    @nn.compact
+    def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jraph.GraphsTuple:
+        graph_lib.validate(graph)
+        x = _utils.node_features(graph)
+        h, c = self.num_heads, self.features
+        score = self.edge_scores(x.shape[-1], h, c)
+        width = h * c if self.concat else c
+        bias = self.param("bias", nn.initializers.zeros, (width,), jnp.float32) if self.use_bias else None
+        x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+        g = _utils.add_self_loops(graph) if self.add_self_loops else graph
+        if self.add_self_loops:
+            layout = None  # the layout describes the graph without the self-loops
+        drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
+        concat = self.concat
+
+        def phi(src, dst, edge):
+            logit, value = score(src, dst)
+            message = {"logit": logit, "value": value}
+            if drop is not None:
+                message["mask"] = drop.scale(edge, h)
+            return message
+
+        layer = message_passing(phi, _attention_rho, lambda node, agg: _heads_out(agg, concat, bias),
+                                backend=self.backend, remat=self.remat)
+        edges = None if drop is None else drop.edge_features(graph_lib.num_edges(g))
+        out = layer(g._replace(nodes=x, edges=edges), layout=layout).nodes
+        return _utils.with_features(graph, out)
+
+
+class GATConv(_HeadAttention):
     r"""Graph attention layer, as PyG's ``GATConv``.
 
     With :math:`z_j = W x_j \in \mathbb{R}^{H \times C}` (``H = num_heads``, ``C = features``):
@@ -42,51 +92,22 @@ class GATConv(nn.Module):
     ``add_self_loops`` appends an ``i -> i`` edge per node. Nodes without in-edges get the bias.
     """
 
-    features: int
-    num_heads: int = 1
-    concat: bool = True
-    negative_slope: float = 0.2
-    dropout: float = 0.0
-    attention_dropout: float = 0.0
-    add_self_loops: bool = True
-    use_bias: bool = True
-    backend: str = "auto"
-    remat: str = "auto"
+    def edge_scores(self, d_in: int, heads: int, width: int):
+        kernel = self.param("kernel", nn.initializers.glorot_uniform(), (d_in, heads * width), jnp.float32)
+        att_src = self.param("att_src", nn.initializers.glorot_uniform(), (heads, width), jnp.float32)
+        att_dst = self.param("att_dst", nn.initializers.glorot_uniform(), (heads, width), jnp.float32)
+        slope = self.negative_slope
 
-    @nn.compact
-    def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jraph.GraphsTuple:
-        graph_lib.validate(graph)
-        x = _utils.node_features(graph)
-        h, c = self.num_heads, self.features
-        kernel = self.param("kernel", nn.initializers.glorot_uniform(), (x.shape[-1], h * c), jnp.float32)
-        att_src = self.param("att_src", nn.initializers.glorot_uniform(), (h, c), jnp.float32)
-        att_dst = self.param("att_dst", nn.initializers.glorot_uniform(), (h, c), jnp.float32)
-        width = h * c if self.concat else c
-        bias = self.param("bias", nn.initializers.zeros, (width,), jnp.float32) if self.use_bias else None
-        x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
-        g = _utils.add_self_loops(graph) if self.add_self_loops else graph
-        if self.add_self_loops:
-            layout = None
-        drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
-        slope, concat = self.negative_slope, self.concat
-
-        def phi(src, dst, edge):
-            z_src = (src @ kernel).reshape(h, c)
-            z_dst = (dst @ kernel).reshape(h, c)
+        def score(src, dst):
+            z_src = (src @ kernel).reshape(heads, width)
+            z_dst = (dst @ kernel).reshape(heads, width)
             logit = jnp.sum(z_src * att_src, -1) + jnp.sum(z_dst * att_dst, -1)
-            message = {"logit": jax.nn.leaky_relu(logit, slope), "value": z_src}
-            if drop is not None:
-                message["mask"] = drop.scale(edge, h)
-            return message
+            return jax.nn.leaky_relu(logit, slope), z_src
 
-        layer = message_passing(phi, _attention_rho, lambda node, agg: _heads_out(agg, concat, bias),
-                                backend=self.backend, remat=self.remat)
-        edges = None if drop is None else drop.edge_features(graph_lib.num_edges(g))
-        out = layer(g._replace(nodes=x, edges=edges), layout=layout).nodes
-        return _utils.with_features(graph, out)
+        return score
 
 
-class GATv2Conv(nn.Module):
+class GATv2Conv(_HeadAttention):
     r"""GATv2 (Brody et al., 2022), as PyG's ``GATv2Conv`` (``share_weights=False``).
 
     With :math:`l_j = W_l x_j`, :math:`r_i = W_r x_i` (each ``H x C``):
@@ -98,45 +119,15 @@ class GATv2Conv(nn.Module):
     Heads concatenated (``H*C``) or averaged (``C``), plus a bias; dropout options as `GATConv`.
     """
 
-    features: int
-    num_heads: int = 1
-    concat: bool = True
-    negative_slope: float = 0.2
-    dropout: float = 0.0
-    attention_dropout: float = 0.0
-    add_self_loops: bool = True
-    use_bias: bool = True
-    backend: str = "auto"
-    remat: str = "auto"
+    def edge_scores(self, d_in: int, heads: int, width: int):
+        w_l = self.param("kernel_src", nn.initializers.glorot_uniform(), (d_in, heads * width), jnp.float32)
+        w_r = self.param("kernel_dst", nn.initializers.glorot_uniform(), (d_in, heads * width), jnp.float32)
+        att = self.param("att", nn.initializers.glorot_uniform(), (heads, width), jnp.float32)
+        slope = self.negative_slope
 
-    @nn.compact
-    def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jraph.GraphsTuple:
-        graph_lib.validate(graph)
-        x = _utils.node_features(graph)
-        h, c = self.num_heads, self.features
-        w_l = self.param("kernel_src", nn.initializers.glorot_uniform(), (x.shape[-1], h * c), jnp.float32)
-        w_r = self.param("kernel_dst", nn.initializers.glorot_uniform(), (x.shape[-1], h * c), jnp.float32)
-        att = self.param("att", nn.initializers.glorot_uniform(), (h, c), jnp.float32)
-        width = h * c if self.concat else c
-        bias = self.param("bias", nn.initializers.zeros, (width,), jnp.float32) if self.use_bias else None
-        x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
-        g = _utils.add_self_loops(graph) if self.add_self_loops else graph
-        if self.add_self_loops:
-            layout = None
-        drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
-        slope, concat = self.negative_slope, self.concat
+        def score(src, dst):
+            l_src = (src @ w_l).reshape(heads, width)
+            r_dst = (dst @ w_r).reshape(heads, width)
+            return jnp.sum(jax.nn.leaky_relu(l_src + r_dst, slope) * att, -1), l_src
 
-        def phi(src, dst, edge):
-            l_src = (src @ w_l).reshape(h, c)
-            r_dst = (dst @ w_r).reshape(h, c)
-            logit = jnp.sum(jax.nn.leaky_relu(l_src + r_dst, slope) * att, -1)
-            message = {"logit": logit, "value": l_src}
-            if drop is not None:
-                message["mask"] = drop.scale(edge, h)
-            return message
-
-        layer = message_passing(phi, _attention_rho, lambda node, agg: _heads_out(agg, concat, bias),
-                                backend=self.backend, remat=self.remat)
-        edges = None if drop is None else drop.edge_features(graph_lib.num_edges(g))
-        out = layer(g._replace(nodes=x, edges=edges), layout=layout).nodes
-        return _utils.with_features(graph, out)
+        return score
