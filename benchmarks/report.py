@@ -78,10 +78,14 @@ def write_chart(meta: dict, rows: list[dict], suite: str, path: pathlib.Path) ->
     metrics = [("speedup_vs_reference", f"speedup vs {base}"),
                ("memory_ratio_vs_reference" if suite != "micro" else "fraction_of_floor",
                 f"memory ratio vs {base}" if suite != "micro" else "fraction of byte floor")]
-    groups = list(dict.fromkeys((r["model"], r["dataset"], r["mode"]) for r in rows))
+    keys = [k for k, _ in metrics]
+    # Only groups with something measured get a slot (GPU-only rows on a CPU run would be empty columns).
+    groups = list(dict.fromkeys((r["model"], r["dataset"], r["mode"]) for r in rows
+                                if any(r.get(k) for k in keys)))
+    groups = groups or list(dict.fromkeys((r["model"], r["dataset"], r["mode"]) for r in rows))
     systems = [s for s in dict.fromkeys(r["system"] for r in rows) if s != "byte_floor"]
-    fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 0.6 * len(groups) * max(len(systems) - 1, 1)), 7),
-                             squeeze=False)
+    width_in = min(24.0, max(6.0, 0.35 * len(groups) * max(len(systems) - 1, 1)))
+    fig, axes = plt.subplots(2, 1, figsize=(width_in, 7), squeeze=False)
     for ax, (key, label) in zip(axes[:, 0], metrics, strict=True):
         # the baseline is 1 by definition, except against the byte floor
         names = systems if key == "fraction_of_floor" else [s for s in systems if s != base]
