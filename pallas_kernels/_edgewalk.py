@@ -83,6 +83,14 @@ def chunk_slots(start, end, c, block: int) -> tuple[jax.Array, jax.Array]:
     return slots, slots < end
 
 
+def chunk(col_ref, eid_ref, start, end, c, block: int, *, interpret: bool):
+    """Chunk ``c`` of the row ``[start, end)``: (validity mask, the other endpoint's ids, the edge ids)."""
+    slots, m = chunk_slots(start, end, c, block)
+    col = acc.load_vector(col_ref, slots, m, 0, interpret=interpret)
+    eid = acc.load_vector(eid_ref, slots, m, 0, interpret=interpret)
+    return m, col, eid
+
+
 def row_bounds(indptr_ref, order_ref, *, interpret: bool):
     """(row id, first slot, end slot, number of chunks) of this program's row."""
     i = compat.program_id(0)
@@ -158,9 +166,7 @@ def _bwd_dst_kernel(indptr_ref, col_ref, eid_ref, order_ref, *refs, edge_fn, kin
     lane_ok = lane_iota(lay) < lay.width
 
     def body(c, dacc):
-        slots, m = chunk_slots(start, end, c, block)
-        col = acc.load_vector(col_ref, slots, m, 0, interpret=interpret)
-        eid = acc.load_vector(eid_ref, slots, m, 0, interpret=interpret)
+        m, col, eid = chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
         s_rows = load_group(s_refs, col, m, lay, interpret=interpret)
         e_rows = load_group(e_refs, eid, m, lay, interpret=interpret)
         cot = slot_cotangent(kind, g_ref, aux_ref, own, one, eid, m, lay, interpret=interpret)
@@ -187,9 +193,7 @@ def _bwd_src_kernel(indptr_ref, col_ref, eid_ref, order_ref, *refs, edge_fn, kin
     lane_ok = lane_iota(lay) < lay.width
 
     def body(c, sacc):
-        slots, m = chunk_slots(start, end, c, block)
-        v = acc.load_vector(col_ref, slots, m, 0, interpret=interpret)
-        eid = acc.load_vector(eid_ref, slots, m, 0, interpret=interpret)
+        m, v, eid = chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
         d_rows = load_group(d_refs, v, m, lay, interpret=interpret)
         e_rows = load_group(e_refs, eid, m, lay, interpret=interpret)
         cot = slot_cotangent(kind, g_ref, aux_ref, v, m, eid, m, lay, interpret=interpret)

@@ -105,9 +105,7 @@ def _fwd_kernel(indptr_ref, col_ref, eid_ref, order_ref, seed_ref, *refs, score_
 
     def body(c, carry):
         m_run, l_run, o_run = carry
-        slots, m = ew.chunk_slots(start, end, c, block)
-        col = acc.load_vector(col_ref, slots, m, 0, interpret=interpret)
-        eid = acc.load_vector(eid_ref, slots, m, 0, interpret=interpret)
+        m, col, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
         s_rows = _load_ops(s_refs, ps, col, m, block, interpret=interpret)
         e_rows = _load_ops(e_refs, pe, eid, m, block, interpret=interpret)
         s = jnp.where(m[:, None], _scores(score_fn, s_rows, d_rows, e_rows, block, hp), -jnp.inf)
@@ -170,9 +168,7 @@ def _bwd_dst_kernel(indptr_ref, col_ref, eid_ref, order_ref, seed_ref, *refs, sc
     delta = acc.gather_block(delta_ref, own, one, (hp,), interpret=interpret)
 
     def body(c, dacc):
-        slots, m = ew.chunk_slots(start, end, c, block)
-        col = acc.load_vector(col_ref, slots, m, 0, interpret=interpret)
-        eid = acc.load_vector(eid_ref, slots, m, 0, interpret=interpret)
+        m, col, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
         s_rows = _load_ops(s_refs, ps, col, m, block, interpret=interpret)
         e_rows = _load_ops(e_refs, pe, eid, m, block, interpret=interpret)
         s = _scores(score_fn, s_rows, d_rows, e_rows, block, hp)
@@ -207,9 +203,7 @@ def _bwd_src_kernel(indptr_ref, col_ref, eid_ref, order_ref, seed_ref, *refs, sc
 
     def body(c, carry):
         sacc, vacc = carry
-        slots, m = ew.chunk_slots(start, end, c, block)
-        v = acc.load_vector(col_ref, slots, m, 0, interpret=interpret)
-        eid = acc.load_vector(eid_ref, slots, m, 0, interpret=interpret)
+        m, v, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
         d_rows = _load_ops(d_refs, pd, v, m, block, interpret=interpret)
         e_rows = _load_ops(e_refs, pe, eid, m, block, interpret=interpret)
         s = _scores(score_fn, s_rows, d_rows, e_rows, block, hp)

@@ -62,9 +62,7 @@ def _fwd_kernel(indptr_ref, col_ref, eid_ref, order_ref, *refs, edge_fn, reduce,
 
     def body(c, carry):
         run, arg = carry
-        slots, m = ew.chunk_slots(start, end, c, block)
-        col = acc.load_vector(col_ref, slots, m, 0, interpret=interpret)
-        eid = acc.load_vector(eid_ref, slots, m, 0, interpret=interpret)
+        m, col, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
         s_rows = ew.load_group(s_refs, col, m, lay, interpret=interpret)
         e_rows = ew.load_group(e_refs, eid, m, lay, interpret=interpret)
         vals = ew.call_edge_fn(edge_fn, s_rows, d_rows, e_rows, lay)

@@ -20,8 +20,22 @@ import jraph
 import numpy as np
 
 
+class _GraphSizes:
+    """``num_nodes``/``num_edges`` of a container's single-graph ``graph`` field."""
+
+    graph: jraph.GraphsTuple
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.graph.n_node[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.graph.n_edge[0])
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class NodeClassificationDataset:
+class NodeClassificationDataset(_GraphSizes):
     """A single-graph transductive node classification data set.
 
     Attributes:
@@ -42,21 +56,13 @@ class NodeClassificationDataset:
     name: str
 
     @property
-    def num_nodes(self) -> int:
-        return int(self.graph.n_node[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.graph.n_edge[0])
-
-    @property
     def num_features(self) -> int | None:
         """Feature width ``F``, or ``None`` when the graph has no node features."""
         return None if self.graph.nodes is None else int(self.graph.nodes.shape[1])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class EntityClassificationDataset:
+class EntityClassificationDataset(_GraphSizes):
     """An R-GCN style entity classification data set on a typed (relational) graph.
 
     Attributes:
@@ -81,14 +87,6 @@ class EntityClassificationDataset:
     test_labels: np.ndarray
     num_classes: int
     name: str
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.graph.n_node[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.graph.n_edge[0])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -119,7 +117,7 @@ class LinkPredictionDataset:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TypedGraph:
+class TypedGraph(_GraphSizes):
     """A synthetic heterogeneous graph whose edge types respect a fixed relation schema.
 
     Attributes:
@@ -137,14 +135,6 @@ class TypedGraph:
     num_node_types: int
     num_edge_types: int
     name: str
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.graph.n_node[0])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.graph.n_edge[0])
 
 
 def make_graph(

@@ -112,8 +112,7 @@ def match_weighted_sum(alpha: ir.Value, ctx: Context, made_by, users) -> Weighte
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by, users = ir.producers(program), ir.users(program)
-    order = {id(op): i for i, op in enumerate(program.ops)}
+    made_by, users, order = regions.links(program)
     n = ctx.sizes.get("N")
     replaced: dict[int, ir.Op] = {}
     fused_away: set[int] = set()

@@ -47,8 +47,7 @@ def csr_source(backend: str, layout: tuple) -> str:
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by, users = ir.producers(program), ir.users(program)
-    order = {id(op): i for i, op in enumerate(program.ops)}
+    made_by, users, order = regions.links(program)
     n = ctx.sizes.get("N")
     replaced: dict[int, ir.Op] = {}
     fused_away: set[int] = set()
@@ -125,8 +124,7 @@ def run_gather_compute(program: ir.Program, ctx: Context) -> ir.Program:
     """
     if ctx.backend == "xla":
         return program
-    made_by, users = ir.producers(program), ir.users(program)
-    order = {id(op): i for i, op in enumerate(program.ops)}
+    made_by, users, order = regions.links(program)
     replaced: dict[int, ir.Op] = {}
     fused_away: set[int] = set()
     for op in reversed(program.ops):  # outermost roots first, so nested candidates are already claimed

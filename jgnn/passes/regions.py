@@ -101,6 +101,11 @@ def edge_rowwise(op: ir.Op, ctx: Context) -> bool:
     return any(a is not None for a in axes) and out_axis(op, axes) == 0
 
 
+def links(program: ir.Program) -> tuple[dict[int, ir.Op], dict[int, list[ir.Op]], dict[int, int]]:
+    """(producer of each value, readers of each value, position of each op): what region growth reads."""
+    return ir.producers(program), ir.users(program), {id(op): i for i, op in enumerate(program.ops)}
+
+
 def grow(root: ir.Value, made_by, users, admit: Callable[[ir.Op], bool], order: dict[int, int], *,
          allowed_readers=frozenset()):
     """(ops, leaves) of the tree computing ``root``; None when a non-scalar literal is inside.
