@@ -109,8 +109,6 @@ def graph_sizes(flat: Flat) -> dict[str, int]:
             sizes.setdefault("N", int(np.shape(x)[0]))
         if t.graph == 0 and t.role in ("senders",):
             sizes.setdefault("E", int(np.shape(x)[0]))
-        if t.graph == 0 and t.role == "n_node":
-            sizes.setdefault("G", int(np.shape(x)[0]))
     return sizes
 
 

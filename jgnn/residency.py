@@ -363,6 +363,7 @@ def analyze(program: ir.Program, tags: list[InputTag], sizes: dict[str, int]) ->
         else:
             try:
                 outs, movement = _apply(op, infos, sizes)
+                assert movement in MOVEMENTS, f"rule for {op.name} gave movement {movement!r}"
                 records[id(op)] = OpRecord(op.name, movement, reported_residency(outs[0], op.outputs[0], sizes),
                                            outs[0].index, op.outputs[0].shape if op.outputs else ())
             except _Unknown as e:
