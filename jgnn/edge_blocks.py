@@ -22,6 +22,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels.compat import pullback_reads
+
 DEFAULT_BLOCK_BYTES = 4 << 20
 
 
@@ -61,11 +63,26 @@ def _hoist(fn: Callable, size: int, src, dst, edge, senders, receivers):
 def gather_reduce_sum(edge_fn: Callable, num_nodes: int, size: int, src, dst, edge, senders, receivers):
     """``[num_nodes, ...]``: ``Σ_{e→v} edge_fn(src rows, dst rows, edge rows)`` over blocks of ``size`` edges."""
     fn, hoisted = _hoist(edge_fn, size, src, dst, edge, senders, receivers)
-    return _gather_reduce_sum(fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
+    dropped = _unread_by_backward(fn, size, src, dst, edge, hoisted)
+    return _gather_reduce_sum(fn, num_nodes, size, dropped, src, dst, edge, hoisted, senders, receivers)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _gather_reduce_sum(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
+def _unread_by_backward(fn: Callable, size: int, src, dst, edge, hoisted) -> tuple:
+    """For each edge operand: None if a block's pullback reads it, else its (shape, dtype).
+
+    A sum of messages linear in an edge operand (RGCN's typed messages, GCN's edge weights) has a backward
+    that never reads it, so the custom VJP keeps no copy and the recomputation policy remakes nothing.
+    """
+    ids = jnp.zeros((size,), jnp.int32)
+    blocks = (_rows(src, ids), _rows(dst, ids), tuple(jnp.zeros((size,) + x.shape[1:], x.dtype) for x in edge))
+    out = jax.eval_shape(fn, *blocks, *hoisted)
+    used = pullback_reads(fn, (*blocks, *hoisted), jnp.zeros(out.shape, out.dtype))
+    start = len(src) + len(dst)
+    return tuple(None if used[start + k] else (x.shape, jnp.dtype(x.dtype).name) for k, x in enumerate(edge))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _gather_reduce_sum(edge_fn, num_nodes, size, dropped, src, dst, edge, hoisted, senders, receivers):
     return _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
 
 
@@ -87,16 +104,19 @@ def _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, rece
     return jax.lax.fori_loop(0, s.shape[0] // size, body, acc).astype(out0.dtype)
 
 
-def _gr_fwd(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
+def _gr_fwd(edge_fn, num_nodes, size, dropped, src, dst, edge, hoisted, senders, receivers):
     out = _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
-    return out, (src, dst, edge, hoisted, senders, receivers)
+    kept = tuple(x if d is None else None for x, d in zip(edge, dropped, strict=True))
+    return out, (src, dst, kept, hoisted, senders, receivers)
 
 
-def _gr_bwd(edge_fn, num_nodes, size, res, g):
-    src, dst, edge, hoisted, senders, receivers = res
+def _gr_bwd(edge_fn, num_nodes, size, dropped, res, g):
+    src, dst, kept, hoisted, senders, receivers = res
     n_edges = senders.shape[0]
     s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(_blocks(x, size, 0) for x in edge)
+    e = tuple(None if x is None else _blocks(x, size, 0) for x in kept)
+    # An operand the pullback never reads (see `_unread_by_backward`) is fed as a block of zeros.
+    block = lambda x, d, i: jnp.zeros((size,) + tuple(d[0][1:]), d[1]) if x is None else _take(x, i, size)
     g_pad = jnp.concatenate([g, jnp.zeros((1,) + g.shape[1:], g.dtype)])  # row num_nodes: padding edges
 
     def body(b, carry):
@@ -104,7 +124,7 @@ def _gr_bwd(edge_fn, num_nodes, size, res, g):
         i = b * size
         sb, rb = _take(s, i, size), _take(r, i, size)
         rb_safe = jnp.minimum(rb, num_nodes - 1)
-        eb = tuple(_take(x, i, size) for x in e)
+        eb = tuple(block(x, d, i) for x, d in zip(e, dropped, strict=True))
         _, pullback = jax.vjp(edge_fn, _rows(src, sb), _rows(dst, rb_safe), eb, *hoisted)
         cs, cd, ce, *ch = pullback(g_pad[rb].astype(jnp.result_type(g)))
         d_hoisted = tuple(a + c for a, c in zip(d_hoisted, ch, strict=True))
@@ -115,7 +135,9 @@ def _gr_bwd(edge_fn, num_nodes, size, res, g):
         return d_src, d_dst, d_edge, d_hoisted
 
     zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
-    init = (zeros(src), zeros(dst), zeros(e), zeros(hoisted))
+    d_e0 = tuple(jnp.zeros((s.shape[0],) + (x.shape[1:] if d is None else tuple(d[0][1:])), x.dtype if d is None
+                           else d[1]) for x, d in zip(e, dropped, strict=True))
+    init = (zeros(src), zeros(dst), d_e0, zeros(hoisted))
     d_src, d_dst, d_edge, d_hoisted = jax.lax.fori_loop(0, s.shape[0] // size, body, init)
     d_edge = tuple(x[:n_edges] for x in d_edge)
     return d_src, d_dst, d_edge, d_hoisted, None, None

@@ -4,15 +4,18 @@ The compiled program runs under ``jax.checkpoint``. Every value an op makes is t
 ``jax.ad_checkpoint.checkpoint_name`` by where it lives (`residency`) and by what it costs to make again:
 
 * ``jgnn_node``/``jgnn_graph``/``jgnn_shared``/``jgnn_type``: node-, graph-, weight- and type-level values;
-* ``jgnn_edge_matmul``: an edge-level ``dot_general`` (or typed matmul) the optimizer could not move to the
-  nodes: O(d) work per element to recompute;
+* ``jgnn_pair``: a typed matmul made once per unique (source, edge type) pair (Hector's compact
+  materialisation, with a `jgnn.layout.GraphLayout`): fewer rows than edges, O(d) work per element;
+* ``jgnn_edge_matmul``: an edge-level ``dot_general`` (or typed matmul) the optimizer could neither move to
+  the nodes nor compact to pairs: O(d) work per element to recompute;
 * ``jgnn_edge``: every other edge-level value (gathers, elementwise maps): O(1) work per element.
 
 UGCG/dgNN's rule recomputes a value when remaking it costs O(1) per element and stores per-node reductions.
 So the policies are:
 
-* ``"auto"`` (default): save everything but ``jgnn_edge``;
-* ``"edges"``: save no edge-level value at all, expensive matmuls included;
+* ``"auto"`` (default): save everything but ``jgnn_edge``. An edge matmul is saved only when nothing smaller
+  can stand in for it; the report names each one and what would remove it;
+* ``"edges"``: save node-level values only; edge and pair matmuls are recomputed;
 * ``"none"``: no checkpoint, everything the backward pass wants is stored (plain JAX behaviour);
 * a ``jax.checkpoint`` policy callable, used as given.
 
@@ -34,12 +37,12 @@ from jgnn.report import RematRecord
 
 NODE_LEVEL = ("jgnn_node", "jgnn_graph", "jgnn_shared", "jgnn_type")
 POLICIES = {
-    "auto": NODE_LEVEL + ("jgnn_edge_matmul",),
+    "auto": NODE_LEVEL + ("jgnn_pair", "jgnn_edge_matmul"),
     "edges": NODE_LEVEL,
 }
 _MATMULS = frozenset({"dot_general", "typed_matmul"})
 _NAME_OF = {residency.NODE: "jgnn_node", residency.GRAPH: "jgnn_graph", residency.SHARED: "jgnn_shared",
-            residency.NODE_TYPE: "jgnn_type", residency.EDGE_TYPE: "jgnn_type"}
+            residency.NODE_TYPE: "jgnn_type", residency.EDGE_TYPE: "jgnn_type", residency.PAIR: "jgnn_pair"}
 
 
 def value_names(program: ir.Program, analysis: residency.Analysis) -> dict[int, str]:
@@ -80,9 +83,14 @@ def record(remat: Any, names: dict[int, str]) -> RematRecord:
     saved = POLICIES.get(remat, ())
     kept = tuple(f"{n[5:]}×{c}" for n, c in sorted(counts.items()) if n in saved) if saved else ("per policy",)
     redo = tuple(f"{n[5:]}×{c}" for n, c in sorted(counts.items()) if saved and n not in saved)
-    return RematRecord(label, saved=kept, recomputed=redo,
-                       detail="edge-level values that cost O(1) per element to remake are recomputed under grad "
-                              "(UGCG's rule); fused ops keep node-level residuals only")
+    detail = ("edge-level values that cost O(1) per element to remake are recomputed under grad (UGCG's rule); "
+              "fused ops keep node-level residuals only")
+    if "jgnn_edge_matmul" in saved and counts.get("jgnn_edge_matmul"):
+        detail += (f"; {counts['jgnn_edge_matmul']} edge-level matmul output(s) are saved where the backward "
+                   "reads them, one edge-sized array each: a GraphLayout lets typed ones be made per (source, "
+                   "edge type) pair (see compact_materialize), and remat='edges' recomputes them at one more "
+                   "matmul each")
+    return RematRecord(label, saved=kept, recomputed=redo, detail=detail)
 
 
 def evaluate(program: ir.Program, args, names: dict[int, str], policy: Callable | None):

@@ -3,7 +3,9 @@
 This is Graphiler's MP-DFG analysis (its Table 1) on a flat jgnn `Program`. Every value gets an `Info`:
 
 * ``residency``: ``shared`` (weights, constants), ``graph`` (one row per graph), ``node_type``/``edge_type``
-  (one row per type, e.g. a typed weight table), ``node`` (one row per node) or ``edge`` (one row per edge);
+  (one row per type, e.g. a typed weight table), ``node`` (one row per node), ``edge`` (one row per edge) or
+  ``pair`` (one row per unique (source, edge type) pair of a `jgnn.layout.GraphLayout`: Hector's compact
+  materialisation, made only by the ``typed_matmul`` pass);
 * ``index``: for integer arrays, what they enumerate (``src``/``dst`` node ids of each edge, ``node_type``/
   ``edge_type`` ids, or ``n_node``/``n_edge`` for graph ids derived from the counts). Index provenance flows
   through the ops JAX inserts around a gather (negative-index wrapping, ``convert_element_type``,
@@ -14,7 +16,8 @@ This is Graphiler's MP-DFG analysis (its Table 1) on a flat jgnn `Program`. Ever
   back along the same index is recognised as a *norm* (the two halves of a softmax).
 
 Every op gets a *movement*: ``broadcast_src``/``broadcast_dst`` (gather node rows to edges),
-``broadcast_type`` (gather a per-type or per-graph table), ``reduce`` (scatter edges to nodes, or nodes to
+``broadcast_type`` (gather a per-type or per-graph table), ``broadcast_pair`` (gather a per-pair table to the
+edges), ``reduce`` (scatter edges to nodes, or nodes to
 graphs), ``norm`` (gather back a reduction along its own index) or ``dense`` (row-wise compute).
 
 A value that no rule explains (a gather by data-dependent indices, an unknown primitive on graph data) is
@@ -30,10 +33,10 @@ from collections.abc import Callable
 from jgnn import ir
 from jgnn.rowwise import out_axis
 
-SHARED, GRAPH, NODE_TYPE, EDGE_TYPE, NODE, EDGE, UNKNOWN = (
-    "shared", "graph", "node_type", "edge_type", "node", "edge", "unknown")
+SHARED, GRAPH, NODE_TYPE, EDGE_TYPE, NODE, EDGE, PAIR, UNKNOWN = (
+    "shared", "graph", "node_type", "edge_type", "node", "edge", "pair", "unknown")
 GRAPH_AXES = (GRAPH, NODE, EDGE)
-MOVEMENTS = ("broadcast_src", "broadcast_dst", "broadcast_type", "reduce", "norm", "dense")
+MOVEMENTS = ("broadcast_src", "broadcast_dst", "broadcast_type", "broadcast_pair", "reduce", "norm", "dense")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +255,7 @@ def _index_out(op: ir.Op, infos: list[Info]) -> str | None:
 
 
 def _row_axes(infos: list[Info]) -> list[int | None]:
-    return [i.axis if i.residency in GRAPH_AXES + (NODE_TYPE, EDGE_TYPE) and not i.expanded else None
+    return [i.axis if i.residency in GRAPH_AXES + (NODE_TYPE, EDGE_TYPE, PAIR) and not i.expanded else None
             for i in infos]
 
 

@@ -144,3 +144,20 @@ def bind_primitive(prim: Any, params: dict, args) -> Any:
         subfuns, bound = bound
         return prim.bind(*subfuns, *args, **bound)
     return prim.bind(*args, **bound)
+
+
+
+def pullback_reads(fn: Callable[..., Any], args: tuple, cotangent: Any) -> list[bool]:
+    """For each leaf of ``args``: whether the pullback of ``fn`` at ``args`` reads it.
+
+    A fused op's custom VJP keeps only the operands its backward reads. Found by JAX's dead-code elimination
+    of the pullback's jaxpr (``partial_eval.dce_jaxpr``, internal); where that is missing every leaf counts
+    as read, which is always correct, only less frugal.
+    """
+    closed = jax.make_jaxpr(lambda a, c: jax.vjp(fn, *a)[1](c))(args, cotangent)
+    n = len(jax.tree_util.tree_leaves(args))
+    try:
+        from jax._src.interpreters.partial_eval import dce_jaxpr
+    except ImportError:  # pragma: no cover - a JAX that moved it
+        return [True] * n
+    return list(dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))[1])[:n]

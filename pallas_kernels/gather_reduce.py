@@ -100,14 +100,32 @@ def _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr):
     return outs[0], (outs[1] if len(outs) > 1 else None)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _gather_reduce(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _gather_reduce(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev_csr):
     return _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)[0]
 
 
-def _gather_reduce_fwd(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr):
+def _unread_by_backward(edge_fn, reduce: str, src, dst, edge) -> tuple:
+    """For each edge operand: None if the backward reads it, else its (shape, dtype).
+
+    Only sum and mean qualify: max/min recompute the values to find the chosen edge. A message linear in an
+    edge operand (RGCN's typed messages) has a pullback that never reads it, so no copy is kept for the
+    backward; it gets a zero array of the same shape instead.
+    """
+    if reduce not in ("sum", "mean") or not edge:
+        return (None,) * len(edge)
+    lay = ew.make_layout(src, dst, edge)
+    tiles = tuple(tuple(jnp.zeros((8, lay.fp), jnp.float32) for _ in g) for g in (src, dst, edge))
+    out = jax.eval_shape(edge_fn, *tiles)
+    read = compat.pullback_reads(edge_fn, tiles, jnp.zeros(out.shape, out.dtype))
+    start = len(src) + len(dst)
+    return tuple(None if read[start + k] else (x.shape, jnp.dtype(x.dtype).name) for k, x in enumerate(edge))
+
+
+def _gather_reduce_fwd(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev_csr):
     out, arg = _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)
-    return out, (src, dst, edge, csr, rev_csr, arg)
+    kept = tuple(x if d is None else None for x, d in zip(edge, dropped, strict=True))
+    return out, (src, dst, kept, csr, rev_csr, arg)
 
 
 def _aux(reduce: str, csr: CSR, arg):
@@ -120,8 +138,9 @@ def _aux(reduce: str, csr: CSR, arg):
     return jnp.zeros((1,), jnp.float32)  # unused by "sum"
 
 
-def _gather_reduce_bwd(edge_fn, reduce, interpret, res, g):
-    src, dst, edge, csr, rev_csr, arg = res
+def _gather_reduce_bwd(edge_fn, reduce, interpret, dropped, res, g):
+    src, dst, kept, csr, rev_csr, arg = res
+    edge = tuple(jnp.zeros(*d) if x is None else x for x, d in zip(kept, dropped, strict=True))
     d_src, d_dst, d_edge = ew.backward(edge_fn, reduce, src, dst, edge, csr, rev_csr, g,
                                        _aux(reduce, csr, arg), interpret=interpret)
     return d_src, d_dst, d_edge, None, None
@@ -142,7 +161,9 @@ def gather_reduce(edge_fn: ew.EdgeFn, src: tuple, dst: tuple, edge: tuple, csr: 
       reduce: "sum" | "mean" | "max" | "min"; empty rows give 0.
       interpret: run the Pallas interpreter (CPU) instead of the Triton kernel.
     """
-    return _gather_reduce(edge_fn, reduce, interpret, tuple(src), tuple(dst), tuple(edge), csr, rev_csr)
+    src, dst, edge = tuple(src), tuple(dst), tuple(edge)
+    dropped = _unread_by_backward(edge_fn, reduce, src, dst, edge)
+    return _gather_reduce(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev_csr)
 
 
 def gather_reduce_reference(edge_fn: ew.EdgeFn, src: tuple, dst: tuple, edge: tuple, csr: CSR,

@@ -207,6 +207,30 @@ def test_nested_compilation_keeps_inner_fused_ops_whole():
     np.testing.assert_allclose(*grads, **TOL)
 
 
+def test_nested_compilation_of_a_typed_layer_with_pair_tables():
+    from models import make_hgt
+
+    rng = np.random.default_rng()
+    graph = random_graph(rng, 20, 120, 7, node_types=2, edge_types=3)
+    layout = GraphLayout.from_graph(graph)
+    phi, rho, psi = make_hgt(rng, 7)
+    inner = jgnn.message_passing(phi, rho, psi, backend="xla")
+    reference = jgnn.message_passing(phi, rho, psi, backend="reference")
+
+    def model(g, lay, layer):  # the inner layer makes per-(source, edge type) tables: the outer sees them whole
+        return jnp.tanh(layer(g, layout=lay).nodes["h"]) @ jnp.ones((6, 3))
+
+    outer = jgnn.compile(lambda g, lay: model(g, lay, inner), backend="xla")
+    assert not jgnn.explain(outer, graph, layout).fallbacks
+    np.testing.assert_allclose(outer(graph, layout), model(graph, None, reference), **TOL)
+
+    def loss(h, f):
+        return jnp.sum(jnp.sin(f(graph._replace(nodes={**graph.nodes, "h": h}))))
+
+    np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], lambda g: outer(g, layout)),
+                               jax.grad(loss)(graph.nodes["h"], lambda g: model(g, None, reference)), **TOL)
+
+
 def test_scores_unsafe_on_padded_lanes_stay_on_xla():
     rng = np.random.default_rng()
     graph = random_graph(rng, 14, 50, 7)

@@ -11,37 +11,70 @@ from jax._src.ad_checkpoint import saved_residuals
 from models import make_gat, make_hgt, make_rgcn
 
 import jgnn
+from jgnn import edge_blocks
+from jgnn.layout import GraphLayout
 
 E = 240
 
 
-def _edge_residuals(layer, graph):
+def _float_residuals(layer, graph, layout=None):
     def loss(h):
-        return jnp.sum(jnp.sin(layer(graph._replace(nodes={**graph.nodes, "h": h})).nodes["h"]))
+        return jnp.sum(jnp.sin(layer(graph._replace(nodes={**graph.nodes, "h": h}), layout=layout).nodes["h"]))
 
-    return [(str(a), where) for a, where in saved_residuals(loss, graph.nodes["h"])
-            if a.shape[:1] == (E,) and jnp.issubdtype(a.dtype, jnp.floating)]
+    return [a for a, _ in saved_residuals(loss, graph.nodes["h"]) if a.ndim and jnp.issubdtype(a.dtype, jnp.floating)]
 
 
-# GAT's edge work is all O(1) per element, so "auto" already recomputes it; RGCN and HGT keep edge-level typed
-# matmuls that cannot move to the nodes, which "auto" saves by UGCG's rule and "edges" recomputes.
-@pytest.mark.parametrize("model, remat", [("gat", "auto"), ("rgcn", "edges"), ("hgt", "edges")])
-def test_no_edge_sized_float_residuals(model, remat):
+def _edge_residuals(layer, graph, layout=None):
+    return [str(a) for a in _float_residuals(layer, graph, layout) if a.shape[0] == E]
+
+
+# GAT's edge work is all O(1) per element, and RGCN's typed messages are only summed (a backward that never
+# reads them), so "auto" stores nothing edge-sized for either. HGT's relation matmuls feed its scores and values,
+# so the backward needs them: with a GraphLayout "auto" saves the per-(source, edge type) pair tables instead,
+# and "edges" recomputes them.
+@pytest.mark.parametrize("model, remat, with_layout", [
+    ("gat", "auto", False), ("rgcn", "auto", False), ("rgcn", "auto", True), ("hgt", "auto", True),
+    ("rgcn", "edges", False), ("hgt", "edges", False)])
+def test_no_edge_sized_float_residuals(model, remat, with_layout):
     rng = np.random.default_rng()
     graph = random_graph(rng, 30, E, 9, node_types=2, edge_types=3)
+    layout = GraphLayout.from_graph(graph) if with_layout else None
     parts = {"gat": make_gat, "rgcn": make_rgcn, "hgt": make_hgt}[model](rng, 9)
     reference = jgnn.message_passing(*parts[:3], backend="reference")
     compiled = jgnn.message_passing(*parts[:3], backend="xla", remat=remat)
     assert _edge_residuals(reference, graph), "the reference stores edge-sized values"
-    assert not _edge_residuals(compiled, graph)
-    report = jgnn.explain(compiled, graph)
+    assert not _edge_residuals(compiled, graph, layout)
+    report = jgnn.explain(compiled, graph, layout=layout)
     assert report.remat and report.remat[0].policy == remat
+    if model == "hgt" and with_layout:  # what stands in for the edge matmuls: fewer rows than edges
+        pairs = layout.pairs.pair_src.shape[0]
+        assert pairs < E and [a for a in _float_residuals(compiled, graph, layout) if a.shape[0] == pairs]
 
     def loss(h, layer):
-        return jnp.sum(jnp.sin(layer(graph._replace(nodes={**graph.nodes, "h": h})).nodes["h"]))
+        return jnp.sum(jnp.sin(layer(graph._replace(nodes={**graph.nodes, "h": h}), layout=layout).nodes["h"]))
 
     np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], compiled), jax.grad(loss)(graph.nodes["h"], reference),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("linear", [True, False])
+def test_gather_reduce_keeps_edge_operands_only_when_its_backward_reads_them(linear):
+    rng = np.random.default_rng()
+    n, d = 17, 7
+    senders, receivers = (jnp.asarray(rng.integers(0, n, E), jnp.int32) for _ in range(2))
+    x, m = jnp.asarray(rng.normal(size=(n, d)), jnp.float32), jnp.asarray(rng.normal(size=(E, d)), jnp.float32)
+    lane = (lambda s, dd, e: s[0] * 0.5 + e[0]) if linear else (lambda s, dd, e: s[0] * jnp.sin(e[0]))
+
+    def blocked(x, m):  # blocks of 64 edges: several blocks and a padded last one
+        return jnp.sum(jnp.cos(edge_blocks.gather_reduce_sum(lane, n, 64, (x,), (), (m,), senders, receivers)))
+
+    def plain(x, m):
+        return jnp.sum(jnp.cos(jax.ops.segment_sum(lane((x[senders],), (), (m,)), receivers, n)))
+
+    kept = [a for a, _ in saved_residuals(blocked, x, m) if a.shape[:1] == (E,) and a.dtype == jnp.float32]
+    assert (kept == []) if linear else kept  # the message operand is an argument: kept only if read
+    for got, want in zip(jax.grad(blocked, (0, 1))(x, m), jax.grad(plain, (0, 1))(x, m), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_auto_keeps_edge_matmuls_and_none_keeps_everything():
@@ -52,8 +85,10 @@ def test_auto_keeps_edge_matmuls_and_none_keeps_everything():
     edges = jgnn.message_passing(*parts[:3], backend="xla", remat="edges")
     none = jgnn.message_passing(*parts[:3], backend="xla", remat="none")
     n_auto, n_edges, n_none = (len(_edge_residuals(m, graph)) for m in (auto, edges, none))
-    assert n_edges == 0 < n_auto < n_none  # auto saves only the edge-level matmuls UGCG's rule calls expensive
-    assert "recomputed" in str(jgnn.explain(auto, graph))
+    # Without a layout HGT's relation matmuls cannot be compacted; auto saves them, as UGCG's rule says.
+    assert n_edges == 0 < n_auto < n_none
+    record = jgnn.explain(auto, graph).remat[0]
+    assert record.recomputed and "GraphLayout" in record.detail and "remat='edges'" in record.detail
 
 
 def test_bad_remat_option_is_rejected():

@@ -80,22 +80,22 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                                       backend=ctx.backend, out_dtype=op.outputs[0].dtype, dot=op)
         residency_out = ctx.info(idx).residency
         compact = _compact_pairs(x, idx, ctx, made_by)
-        if compact is None:
-            impl, inputs = ir.opaque(run_typed, "typed_matmul", residency_out, ctx.backend), (x, table, idx)
-        else:
-            node_rows, pairs = compact
-            impl = ir.opaque(functools.partial(_run_pairs, run_typed), "typed_matmul", residency_out, ctx.backend)
-            inputs = (node_rows, table, pairs.pair_src, pairs.pair_type, pairs.edge_pair)
-        ops.append(ir.Op("typed_matmul", inputs, op.outputs, {
-            "jgnn_residency": (residency_out,), "jgnn_movement": "dense"}, impl=impl, origin=KIND))
         e, din = x.shape[0], x.shape[-1]
         dout = op.outputs[0].shape[-1]
+        if compact is None:
+            ops.append(ir.Op("typed_matmul", (x, table, idx), op.outputs, {
+                "jgnn_residency": (residency_out,), "jgnn_movement": "dense"},
+                impl=ir.opaque(run_typed, "typed_matmul", residency_out, ctx.backend), origin=KIND))
+            rows = e
+        else:
+            ops += _pair_ops(run_typed, table, op.outputs[0], *compact, ctx.backend)
+            rows = compact[1].pair_src.shape[0]
         ctx.report.kernels.append(KernelRecord(
             "typed_matmul", ctx.backend,
-            f"{groups} types, {e} rows, {din}→{dout}" + (f", {int(np.prod(x.shape[1:-1]))} heads" if heads else "")
+            f"{groups} types, {rows} rows, {din}→{dout}" + (f", {int(np.prod(x.shape[1:-1]))} heads" if heads else "")
             + f"; {impl_name}: {why}"))
-        ctx.applied(KIND, f"x @ W[{ctx.info(idx).index}] over {e} rows as a grouped matmul: the "
-                          f"[{e}, {din}, {dout}] weight gather is never built")
+        ctx.applied(KIND, f"x @ W[{ctx.info(idx).index}] over {rows} rows as a grouped matmul: the "
+                          f"[{rows}, {din}, {dout}] weight gather is never built")
     return ir.Program(program.inputs, program.outputs, ops)
 
 
@@ -121,8 +121,25 @@ def _compact_pairs(x: ir.Atom, idx: ir.Value, ctx: Context, made_by):
     return gather.inputs[0], pairs
 
 
-def _run_pairs(run_typed, node_rows, table, pair_src, pair_type, edge_pair):
-    (per_pair,) = run_typed(node_rows[pair_src], table, pair_type[:, None])
+def _pair_ops(run_typed, table, out: ir.Value, node_rows, pairs, backend: str) -> list[ir.Op]:
+    """The compacted matmul as two ops: the per-pair table (``pair`` residency, what a training step saves)
+    and its per-edge gather (an O(1) edge value that recomputation remakes instead of storing)."""
+    per_pair = ir.Value((pairs.pair_src.shape[0],) + out.shape[1:], out.dtype)
+    make = ir.Op("typed_matmul", (node_rows, table, pairs.pair_src, pairs.pair_type), (per_pair,),
+                 {"jgnn_residency": (residency.PAIR,), "jgnn_movement": "dense"},
+                 impl=ir.opaque(functools.partial(_run_pairs, run_typed), "typed_matmul", residency.PAIR, backend),
+                 origin=COMPACT)
+    spread = ir.Op("gather_pairs", (per_pair, pairs.edge_pair), (out,),
+                   {"jgnn_residency": (residency.EDGE,), "jgnn_movement": "broadcast_pair"},
+                   impl=ir.opaque(_gather_pairs, "gather_pairs", residency.EDGE, backend), origin=COMPACT)
+    return [make, spread]
+
+
+def _run_pairs(run_typed, node_rows, table, pair_src, pair_type):
+    return run_typed(node_rows[pair_src], table, pair_type[:, None])
+
+
+def _gather_pairs(per_pair, edge_pair):
     return [per_pair[edge_pair]]
 
 
