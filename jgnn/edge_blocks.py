@@ -22,7 +22,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels.compat import pullback_reads
+from pallas_kernels import residuals
 
 DEFAULT_BLOCK_BYTES = 4 << 20
 
@@ -68,17 +68,12 @@ def gather_reduce_sum(edge_fn: Callable, num_nodes: int, size: int, src, dst, ed
 
 
 def _unread_by_backward(fn: Callable, size: int, src, dst, edge, hoisted) -> tuple:
-    """For each edge operand: None if a block's pullback reads it, else its (shape, dtype).
-
-    A sum of messages linear in an edge operand (RGCN's typed messages, GCN's edge weights) has a backward
-    that never reads it, so the custom VJP keeps no copy and the recomputation policy remakes nothing.
-    """
+    """Edge operands a block's pullback never reads (see `pallas_kernels.residuals.unread_operands`): a sum of
+    messages linear in one (RGCN's typed messages, GCN's edge weights) keeps no copy of it for the backward,
+    so the recomputation policy has nothing edge-sized to save or remake."""
     ids = jnp.zeros((size,), jnp.int32)
     blocks = (_rows(src, ids), _rows(dst, ids), tuple(jnp.zeros((size,) + x.shape[1:], x.dtype) for x in edge))
-    out = jax.eval_shape(fn, *blocks, *hoisted)
-    used = pullback_reads(fn, (*blocks, *hoisted), jnp.zeros(out.shape, out.dtype))
-    start = len(src) + len(dst)
-    return tuple(None if used[start + k] else (x.shape, jnp.dtype(x.dtype).name) for k, x in enumerate(edge))
+    return residuals.unread_operands(fn, (*blocks, *hoisted), 2, edge)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
@@ -106,8 +101,7 @@ def _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, rece
 
 def _gr_fwd(edge_fn, num_nodes, size, dropped, src, dst, edge, hoisted, senders, receivers):
     out = _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
-    kept = tuple(x if d is None else None for x, d in zip(edge, dropped, strict=True))
-    return out, (src, dst, kept, hoisted, senders, receivers)
+    return out, (src, dst, residuals.keep(edge, dropped), hoisted, senders, receivers)
 
 
 def _gr_bwd(edge_fn, num_nodes, size, dropped, res, g):
@@ -197,6 +191,7 @@ def _att_forward(score_fn, num_nodes, size, value_index, src, dst, edge, hoisted
 def _att_fwd(score_fn, num_nodes, size, value_index, src, dst, edge, hoisted, values, senders, receivers):
     out, lse = _att_forward(score_fn, num_nodes, size, value_index, src, dst, edge, hoisted, values, senders,
                             receivers)
+    out, lse = residuals.name_stats(out, lse)
     return out, (src, dst, edge, hoisted, values, senders, receivers, out, lse)  # node-level residuals only
 
 

@@ -19,8 +19,10 @@ So the policies are:
 * ``"none"``: no checkpoint, everything the backward pass wants is stored (plain JAX behaviour);
 * a ``jax.checkpoint`` policy callable, used as given.
 
-The fused ops (`jgnn.fused`) already keep only node-level residuals, with per-node softmax statistics
-recomputed in their backward.
+The fused ops (`jgnn.fused`) keep only node-level residuals: their inputs, and per-node statistics (softmax
+log-sum-exp, argmax ids) named ``pallas_kernels.residuals.STATS_NAME``, which every policy here saves;
+unsaved, the backward would rerun the whole fused forward to remake them. Edge operands their backward does
+not read are not kept at all.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jgnn import ir, residency
 from jgnn.report import RematRecord
+from pallas_kernels.residuals import STATS_NAME
 
-NODE_LEVEL = ("jgnn_node", "jgnn_graph", "jgnn_shared", "jgnn_type")
+NODE_LEVEL = ("jgnn_node", "jgnn_graph", "jgnn_shared", "jgnn_type", STATS_NAME)
 POLICIES = {
     "auto": NODE_LEVEL + ("jgnn_pair", "jgnn_edge_matmul"),
     "edges": NODE_LEVEL,

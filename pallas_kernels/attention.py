@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import _access as acc
 from pallas_kernels import _edgewalk as ew
-from pallas_kernels import compat
+from pallas_kernels import compat, residuals
 from pallas_kernels import dropout as dr
 from pallas_kernels._config import EdgeBlock, edge_block, next_pow2
 from pallas_kernels.csr import CSR
@@ -271,7 +271,7 @@ def _attention(score_fn, value_index, rate, interpret, src, dst, edge, values, c
 
 def _attention_fwd(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, rev_csr, seed):
     out, lse = _forward(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, seed)
-    return out, (src, dst, edge, values, csr, rev_csr, seed, out, lse)
+    return out, (src, dst, edge, values, csr, rev_csr, seed, *residuals.name_stats(out, lse))
 
 
 def _attention_bwd(score_fn, value_index, rate, interpret, res, g):

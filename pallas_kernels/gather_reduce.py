@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from pallas_kernels import _access as acc
 from pallas_kernels import _edgewalk as ew
-from pallas_kernels import compat
+from pallas_kernels import compat, residuals
 from pallas_kernels.csr import CSR
 
 
@@ -106,26 +106,19 @@ def _gather_reduce(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev
 
 
 def _unread_by_backward(edge_fn, reduce: str, src, dst, edge) -> tuple:
-    """For each edge operand: None if the backward reads it, else its (shape, dtype).
-
-    Only sum and mean qualify: max/min recompute the values to find the chosen edge. A message linear in an
-    edge operand (RGCN's typed messages) has a pullback that never reads it, so no copy is kept for the
-    backward; it gets a zero array of the same shape instead.
-    """
+    """Edge operands the backward does not read (see `residuals.unread_operands`). Only sum and mean drop
+    any: max/min recompute the values to find the chosen edge."""
     if reduce not in ("sum", "mean") or not edge:
         return (None,) * len(edge)
     lay = ew.make_layout(src, dst, edge)
     tiles = tuple(tuple(jnp.zeros((8, lay.fp), jnp.float32) for _ in g) for g in (src, dst, edge))
-    out = jax.eval_shape(edge_fn, *tiles)
-    read = compat.pullback_reads(edge_fn, tiles, jnp.zeros(out.shape, out.dtype))
-    start = len(src) + len(dst)
-    return tuple(None if read[start + k] else (x.shape, jnp.dtype(x.dtype).name) for k, x in enumerate(edge))
+    return residuals.unread_operands(edge_fn, tiles, 2, edge)
 
 
 def _gather_reduce_fwd(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev_csr):
     out, arg = _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)
-    kept = tuple(x if d is None else None for x, d in zip(edge, dropped, strict=True))
-    return out, (src, dst, kept, csr, rev_csr, arg)
+    arg = None if arg is None else residuals.name_stats(arg)[0]
+    return out, (src, dst, residuals.keep(edge, dropped), csr, rev_csr, arg)
 
 
 def _aux(reduce: str, csr: CSR, arg):
@@ -140,7 +133,7 @@ def _aux(reduce: str, csr: CSR, arg):
 
 def _gather_reduce_bwd(edge_fn, reduce, interpret, dropped, res, g):
     src, dst, kept, csr, rev_csr, arg = res
-    edge = tuple(jnp.zeros(*d) if x is None else x for x, d in zip(kept, dropped, strict=True))
+    edge = residuals.restore(kept, dropped)
     d_src, d_dst, d_edge = ew.backward(edge_fn, reduce, src, dst, edge, csr, rev_csr, g,
                                        _aux(reduce, csr, arg), interpret=interpret)
     return d_src, d_dst, d_edge, None, None

@@ -117,3 +117,23 @@ def test_attention_dropout_mask_is_recomputed_not_stored():
     # online-softmax backward and XLA's reaches a few 1e-6 near zero, so the suite's usual 1e-5 applies.
     for a, b in zip(jax.tree_util.tree_leaves(grads[0]), jax.tree_util.tree_leaves(grads[1]), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["gat", "hgt"])
+def test_recomputation_does_not_rerun_fused_forward_loops(model, monkeypatch):
+    # The attention VJP's log-sum-exp is made inside its forward rule; if the policy could not name it, the
+    # backward would run the whole blocked forward loop again to remake it.
+    monkeypatch.setenv("JGNN_EDGE_BLOCK_BYTES", "2048")  # several edge blocks: the loops stay loops
+    rng = np.random.default_rng()
+    graph = random_graph(rng, 30, E, 9, node_types=2, edge_types=3)
+    parts = {"gat": make_gat, "hgt": make_hgt}[model](rng, 9)
+
+    def loops(remat):
+        layer = jgnn.message_passing(*parts[:3], backend="xla", remat=remat)
+
+        def loss(h):
+            return jnp.sum(jnp.sin(layer(graph._replace(nodes={**graph.nodes, "h": h})).nodes["h"]))
+
+        return jax.jit(jax.grad(loss)).lower(graph.nodes["h"]).compile().as_text().count(" while(")
+
+    assert loops("auto") == loops("none") > 0
