@@ -5,6 +5,9 @@ block of edge values, and has a ``jax.custom_vjp`` whose residuals are its input
 the backward recomputes each block's edge values from them (UGCG/dgNN's recompute-don't-store).
 
 * `gather_reduce_sum`: ``out[v] = Σ_{e→v} f(src[s(e)], dst[v], edge[e])``.
+* `gather_reduce_extremum`: the same with max or min (``-inf``/``+inf`` for empty rows, as
+  ``jax.ops.segment_max``). The residuals are the per-node extremum and its tie count: the backward remakes
+  each block's values and splits the gradient equally among tied edges, exactly as JAX's scatter-max rule.
 * `attention`: online softmax over blocks (running max, sum and accumulator per node); the backward uses the
   saved per-node log-sum-exp and output, as FlashAttention does.
 
@@ -45,6 +48,18 @@ def _take(x, start, size):
 
 def _rows(group, ids):
     return tuple(x[ids] for x in group)
+
+
+def _add_block_grads(carry, grads, sb, rb, i):
+    """Add one block's pullback ``(d src rows, d dst rows, d edge rows, *d hoisted)`` to the running
+    cotangents: node rows scatter-add by their ids, edge rows land in the block's slice."""
+    d_src, d_dst, d_edge, d_hoisted = carry
+    cs, cd, ce, *ch = grads
+    return (tuple(a + jax.ops.segment_sum(c, sb, a.shape[0]) for a, c in zip(d_src, cs, strict=True)),
+            tuple(a + jax.ops.segment_sum(c, rb, a.shape[0]) for a, c in zip(d_dst, cd, strict=True)),
+            tuple(jax.lax.dynamic_update_slice_in_dim(a, c.astype(a.dtype), i, 0)
+                  for a, c in zip(d_edge, ce, strict=True)),
+            tuple(a + c for a, c in zip(d_hoisted, ch, strict=True)))
 
 
 # ---- gather → f → segment sum ----------------------------------------------------------------------------
@@ -114,19 +129,12 @@ def _gr_bwd(edge_fn, num_nodes, size, dropped, res, g):
     g_pad = jnp.concatenate([g, jnp.zeros((1,) + g.shape[1:], g.dtype)])  # row num_nodes: padding edges
 
     def body(b, carry):
-        d_src, d_dst, d_edge, d_hoisted = carry
         i = b * size
         sb, rb = _take(s, i, size), _take(r, i, size)
         rb_safe = jnp.minimum(rb, num_nodes - 1)
         eb = tuple(block(x, d, i) for x, d in zip(e, dropped, strict=True))
         _, pullback = jax.vjp(edge_fn, _rows(src, sb), _rows(dst, rb_safe), eb, *hoisted)
-        cs, cd, ce, *ch = pullback(g_pad[rb].astype(jnp.result_type(g)))
-        d_hoisted = tuple(a + c for a, c in zip(d_hoisted, ch, strict=True))
-        d_src = tuple(a + jax.ops.segment_sum(c, sb, a.shape[0]) for a, c in zip(d_src, cs, strict=True))
-        d_dst = tuple(a + jax.ops.segment_sum(c, rb, a.shape[0]) for a, c in zip(d_dst, cd, strict=True))
-        d_edge = tuple(jax.lax.dynamic_update_slice_in_dim(a, c.astype(a.dtype), i, 0)
-                       for a, c in zip(d_edge, ce, strict=True))
-        return d_src, d_dst, d_edge, d_hoisted
+        return _add_block_grads(carry, pullback(g_pad[rb].astype(jnp.result_type(g))), sb, rb, i)
 
     zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
     d_e0 = tuple(jnp.zeros((s.shape[0],) + (x.shape[1:] if d is None else tuple(d[0][1:])), x.dtype if d is None
@@ -138,6 +146,86 @@ def _gr_bwd(edge_fn, num_nodes, size, dropped, res, g):
 
 
 _gather_reduce_sum.defvjp(_gr_fwd, _gr_bwd)
+
+
+# ---- gather → f → segment max / min ------------------------------------------------------------------
+
+# kind -> (identity, combine, segment reduction)
+EXTREMA = {"max": (-jnp.inf, jnp.maximum, jax.ops.segment_max), "min": (jnp.inf, jnp.minimum, jax.ops.segment_min)}
+
+
+def gather_reduce_extremum(edge_fn: Callable, kind: str, num_nodes: int, size: int, src, dst, edge, senders,
+                           receivers):
+    """``[num_nodes, ...]``: the ``kind`` ("max"/"min") of ``edge_fn``'s rows over each node's in-edges."""
+    fn, hoisted = _hoist(edge_fn, size, src, dst, edge, senders, receivers)
+    return _gather_reduce_extremum(fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _gather_reduce_extremum(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
+    return _ext_forward(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers)[0]
+
+
+def _ext_rows(edge_fn, num_nodes, size, src, dst, e, hoisted, s, r, i):
+    sb, rb = _take(s, i, size), _take(r, i, size)
+    return edge_fn(_rows(src, sb), _rows(dst, jnp.minimum(rb, num_nodes - 1)),
+                   tuple(_take(x, i, size) for x in e), *hoisted), sb, rb
+
+
+def _ext_forward(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
+    identity, combine, segment = EXTREMA[kind]
+    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
+    e = tuple(_blocks(x, size, 0) for x in edge)
+    out0 = jax.eval_shape(lambda: _ext_rows(edge_fn, num_nodes, size, src, dst, e, hoisted, s, r, 0)[0])
+    pad = jnp.full((1,) + out0.shape[1:], identity, out0.dtype)
+
+    def body(b, carry):  # running extremum and how many edges attain it, per node and lane
+        best, count = carry
+        rows, _, rb = _ext_rows(edge_fn, num_nodes, size, src, dst, e, hoisted, s, r, b * size)
+        block_best = segment(rows, rb, num_nodes)
+        hits = jax.ops.segment_sum((rows == jnp.concatenate([block_best, pad])[rb]).astype(jnp.float32), rb,
+                                   num_nodes)
+        new = combine(best, block_best)
+        return new, jnp.where(block_best == new, hits, 0.0) + jnp.where(best == new, count, 0.0)
+
+    init = (jnp.full((num_nodes,) + out0.shape[1:], identity, out0.dtype),
+            jnp.zeros((num_nodes,) + out0.shape[1:], jnp.float32))
+    return jax.lax.fori_loop(0, s.shape[0] // size, body, init)
+
+
+def _ext_fwd(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
+    best, count = _ext_forward(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
+    best_saved, count = residuals.name_stats(best, count)
+    return best, (src, dst, edge, hoisted, senders, receivers, best_saved, count)  # node-level residuals only
+
+
+def _ext_bwd(edge_fn, kind, num_nodes, size, res, g):
+    src, dst, edge, hoisted, senders, receivers, best, count = res
+    identity = EXTREMA[kind][0]
+    n_edges = senders.shape[0]
+    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
+    e = tuple(_blocks(x, size, 0) for x in edge)
+    # JAX's scatter-max rule: tied edges share the gradient equally, and so does the identity it started from
+    # when every edge attains it (all -inf).
+    share = 1.0 / (count + (best == identity))
+    pad_row = lambda x, fill: jnp.concatenate([x, jnp.full((1,) + x.shape[1:], fill, x.dtype)])
+    best_p, share_p, g_p = pad_row(best, identity), pad_row(share, 0.0), pad_row(g.astype(jnp.float32), 0.0)
+
+    def body(b, carry):
+        i = b * size
+        sb, rb = _take(s, i, size), _take(r, i, size)
+        eb = tuple(_take(x, i, size) for x in e)
+        rows, pullback = jax.vjp(edge_fn, _rows(src, sb), _rows(dst, jnp.minimum(rb, num_nodes - 1)), eb, *hoisted)
+        ct = jnp.where(rows == best_p[rb], g_p[rb] * share_p[rb], 0.0).astype(rows.dtype)
+        return _add_block_grads(carry, pullback(ct), sb, rb, i)
+
+    zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
+    init = (zeros(src), zeros(dst), zeros(e), zeros(hoisted))
+    d_src, d_dst, d_edge, d_hoisted = jax.lax.fori_loop(0, s.shape[0] // size, body, init)
+    return d_src, d_dst, tuple(x[:n_edges] for x in d_edge), d_hoisted, None, None
+
+
+_gather_reduce_extremum.defvjp(_ext_fwd, _ext_bwd)
 
 
 # ---- edge softmax + weighted sum -------------------------------------------------------------------------
@@ -217,12 +305,8 @@ def _att_bwd(score_fn, num_nodes, size, value_index, res, g):
         v = _value_rows(vals, value_index, sb, i, size).astype(jnp.float32)
         dv = p[..., None] * g_p[rb]
         ds = p * (jnp.sum(g_p[rb] * v, -1) - delta_p[rb])
-        cs, cd, ce, *ch = pullback(ds.astype(scores.dtype))
-        d_hoisted = tuple(a + c for a, c in zip(d_hoisted, ch, strict=True))
-        d_src = tuple(a + jax.ops.segment_sum(c, sb, a.shape[0]) for a, c in zip(d_src, cs, strict=True))
-        d_dst = tuple(a + jax.ops.segment_sum(c, rb, a.shape[0]) for a, c in zip(d_dst, cd, strict=True))
-        d_edge = tuple(jax.lax.dynamic_update_slice_in_dim(a, c.astype(a.dtype), i, 0)
-                       for a, c in zip(d_edge, ce, strict=True))
+        d_src, d_dst, d_edge, d_hoisted = _add_block_grads((d_src, d_dst, d_edge, d_hoisted),
+                                                            pullback(ds.astype(scores.dtype)), sb, rb, i)
         if value_index == "src":
             d_vals = d_vals + jax.ops.segment_sum(dv, sb, d_vals.shape[0])
         else:

@@ -27,19 +27,26 @@ def _broadcast(blocks, width):
 
 
 def gather_reduce(edge_fn: Callable, src, dst, edge, senders, receivers, *, num_nodes: int, width: int,
-                  backend: str, layout: layout_lib.GraphLayout | None, out_dtype):
-    """``out[v] = Σ_{e: receivers[e]=v} edge_fn(src[senders[e]], dst[v], edge[e])`` as ``[num_nodes, width]``.
+                  reduce: str = "sum", backend: str, layout: layout_lib.GraphLayout | None, out_dtype):
+    """``out[v] = ⊕_{e: receivers[e]=v} edge_fn(src[senders[e]], dst[v], edge[e])`` as ``[num_nodes, width]``.
 
-    ``src``/``dst``/``edge`` are tuples of ``[*, w]`` arrays with ``w ∈ {1, width}``; ``edge_fn`` is lane-wise
-    and receives them broadcast to ``[B, width]``.
+    ``⊕`` is ``reduce``: "sum", or "max"/"min" (``∓inf`` for empty rows, as ``jax.ops.segment_max``; the
+    XLA lowering only). ``src``/``dst``/``edge`` are tuples of ``[*, w]`` arrays with ``w ∈ {1, width}``;
+    ``edge_fn`` is lane-wise and receives them broadcast to ``[B, width]``.
     """
     src, dst, edge = (tuple(_as_2d(x) for x in group) for group in (src, dst, edge))
     senders, receivers = senders.reshape(-1), receivers.reshape(-1)
     if backend == "xla":
         lanes = lambda s, d, e: edge_fn(_broadcast(s, width), _broadcast(d, width), _broadcast(e, width))
         size = edge_blocks.block_size(senders.shape[0], 4 * width * (1 + len(src) + len(dst) + len(edge)))
-        return edge_blocks.gather_reduce_sum(lanes, num_nodes, size, src, dst, edge, senders,
-                                             receivers).astype(out_dtype)
+        if reduce == "sum":
+            out = edge_blocks.gather_reduce_sum(lanes, num_nodes, size, src, dst, edge, senders, receivers)
+        else:
+            out = edge_blocks.gather_reduce_extremum(lanes, reduce, num_nodes, size, src, dst, edge, senders,
+                                                     receivers)
+        return out.astype(out_dtype)
+    if reduce != "sum":
+        raise ValueError(f"the Pallas gather_reduce is used for sums only, got {reduce!r}")
     lay = layout or layout_lib.in_program(senders, receivers, num_nodes)
     out = pk.gather_reduce(edge_fn, src, dst, edge, lay.csr, lay.rev_csr, reduce="sum",
                            interpret=backend == "pallas_interpret")

@@ -75,6 +75,22 @@ def make_rgcn(rng, d_in, d_out=6, relations=3):
     return phi, rho, psi
 
 
+def make_edgeconv(rng, d_in, d_hidden=5, d_out=4, reduce="max", ties=False):
+    """EdgeConv: ``reduce`` over ``mlp([x_i, x_j - x_i])``. ``ties`` uses ``relu(x_j - x_i)`` instead, whose
+    many exact zeros tie for the max."""
+    W1, W2 = _w(rng, 2 * d_in, d_hidden), _w(rng, d_hidden, d_out)
+
+    def phi(s, d, e):
+        if ties:
+            return {"m": jax.nn.relu(s["h"] - d["h"])}
+        return {"m": jax.nn.relu(jnp.concatenate([d["h"], s["h"] - d["h"]]) @ W1) @ W2}
+
+    def rho(mb, node):
+        return {"h": getattr(jgnn, reduce)(mb["m"])}
+
+    return phi, rho, None
+
+
 def make_hgt(rng, d_in, heads=2, d_head=3, node_types=2, edge_types=3):
     """HGT-style typed attention: typed K/Q/V, per-relation attention and message matrices, priors."""
     d = heads * d_head

@@ -8,7 +8,7 @@ import jraph
 import numpy as np
 import pytest
 from graph_cases import pad, random_graph, real_nodes
-from models import make_gat, make_gcn, make_hgt, make_rgcn
+from models import make_edgeconv, make_gat, make_gcn, make_hgt, make_rgcn
 
 import jgnn
 
@@ -283,6 +283,31 @@ def test_compact_materialize_per_source_and_edge_type(padded):
 
     np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], layer, layout=layout),
                                jax.grad(loss)(graph.nodes["h"], reference), **TOL)
+
+
+@pytest.mark.parametrize("reduce, ties, padded, backend", [
+    ("max", False, False, "xla"), ("min", False, True, "xla"), ("max", True, False, "xla"),
+    ("max", False, False, "pallas_interpret")])
+def test_max_min_aggregation_is_fused_and_splits_ties_as_the_reference(reduce, ties, padded, backend):
+    rng = _rng()
+    graph = random_graph(rng, 20, 160, 41 if ties else 7, isolated=3, duplicates=6)
+    graph = pad(graph) if padded else graph
+    parts = make_edgeconv(rng, graph.nodes["h"].shape[1], reduce=reduce, ties=ties)
+    layer = jgnn.message_passing(*parts, backend=backend)
+    reference = jgnn.message_passing(*parts, backend="reference")
+    report = jgnn.explain(layer, graph)
+    kernel = {k.op: k for k in report.kernels}[f"gather_reduce({reduce})"]
+    assert kernel.backend == "xla" and (backend == "xla" or "tie" in kernel.detail)
+    if not ties:  # concat(x_i, x_j - x_i) @ W1 is split twice and moves to the nodes
+        assert len([r for r in report.applied_rewrites if r.kind == "linear_split"]) == 2
+    mask = real_nodes(graph) if padded else slice(None)
+    np.testing.assert_allclose(layer(graph).nodes["h"][mask], reference(graph).nodes["h"][mask], **TOL)
+
+    def loss(h, f):
+        return jnp.sum(jnp.sin(f(graph._replace(nodes={"h": h})).nodes["h"][mask]))
+
+    np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], layer), jax.grad(loss)(graph.nodes["h"], reference),
+                               **TOL)
 
 
 def test_impure_op_on_edge_data_falls_back_and_still_runs():

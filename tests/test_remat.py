@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from graph_cases import random_graph
 from jax._src.ad_checkpoint import saved_residuals
-from models import make_gat, make_hgt, make_rgcn
+from models import make_edgeconv, make_gat, make_hgt, make_rgcn
 
 import jgnn
 from jgnn import edge_blocks
@@ -31,15 +31,16 @@ def _edge_residuals(layer, graph, layout=None):
 # GAT's edge work is all O(1) per element, and RGCN's typed messages are only summed (a backward that never
 # reads them), so "auto" stores nothing edge-sized for either. HGT's relation matmuls feed its scores and values,
 # so the backward needs them: with a GraphLayout "auto" saves the per-(source, edge type) pair tables instead,
-# and "edges" recomputes them.
+# and "edges" recomputes them. EdgeConv's max keeps per-node maxima and tie counts; its second MLP layer is an
+# edge matmul the max's backward reads, which "edges" recomputes.
 @pytest.mark.parametrize("model, remat, with_layout", [
     ("gat", "auto", False), ("rgcn", "auto", False), ("rgcn", "auto", True), ("hgt", "auto", True),
-    ("rgcn", "edges", False), ("hgt", "edges", False)])
+    ("rgcn", "edges", False), ("hgt", "edges", False), ("edgeconv", "edges", False)])
 def test_no_edge_sized_float_residuals(model, remat, with_layout):
     rng = np.random.default_rng()
     graph = random_graph(rng, 30, E, 9, node_types=2, edge_types=3)
     layout = GraphLayout.from_graph(graph) if with_layout else None
-    parts = {"gat": make_gat, "rgcn": make_rgcn, "hgt": make_hgt}[model](rng, 9)
+    parts = {"gat": make_gat, "rgcn": make_rgcn, "hgt": make_hgt, "edgeconv": make_edgeconv}[model](rng, 9)
     reference = jgnn.message_passing(*parts[:3], backend="reference")
     compiled = jgnn.message_passing(*parts[:3], backend="xla", remat=remat)
     assert _edge_residuals(reference, graph), "the reference stores edge-sized values"

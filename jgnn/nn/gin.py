@@ -69,7 +69,7 @@ class EdgeConv(nn.Module):
             self.mlp(jnp.zeros((1, 2 * x.shape[-1]), x.dtype))
         variables = self.mlp.variables
         mlp = self.mlp.clone(parent=None)
-        apply = lambda z: mlp.apply(variables, z[None])[0]
+        apply = lambda z: mlp.apply(variables, z)  # one edge row: a linear first layer can be split
 
         def phi(src, dst, edge):
             return apply(jnp.concatenate([dst, src - dst]))

@@ -1,7 +1,8 @@
-"""``fuse_gather_reduce``: gather → edge compute → segment sum chains become one fused op (SpMM-like).
+"""``fuse_gather_reduce``: gather → edge compute → segment sum/max/min chains become one fused op (SpMM-like).
 
 Grown backwards (see `regions`) from each ``scatter-add`` of edge rows into zeros by destination ids (what
-``jax.ops.segment_sum`` lowers to) through lane-wise ops whose results nothing outside the region reads.
+``jax.ops.segment_sum`` lowers to), or ``scatter-max``/``scatter-min`` into ``∓inf`` (``segment_max``/
+``segment_min``), through lane-wise ops whose results nothing outside the region reads.
 Dense ``dot_general``s are never pulled in: they stay with XLA/cuBLAS (UGCG's rule), usually already moved
 to the nodes by broadcast reordering. Messages that something else also reads are not fused: they must be
 stored anyway.
@@ -21,6 +22,13 @@ from jgnn.passes.context import Context
 from jgnn.report import KernelRecord
 
 KIND = "fuse_gather_reduce"
+
+# scatter primitive -> (reduction, the value segment ops start from)
+REDUCTIONS = {"scatter-add": ("sum", 0.0), "scatter_add": ("sum", 0.0), "scatter-max": ("max", -np.inf),
+              "scatter_max": ("max", -np.inf), "scatter-min": ("min", np.inf), "scatter_min": ("min", np.inf)}
+# Pallas's max/min kernels give a tie's whole gradient to its smallest edge id; the reference splits it among
+# the tied edges, and so does the edge-block lowering, which max/min therefore use on every backend.
+EXTREMUM_WHY = "max/min use edge blocks on every backend: they split a tie's gradient as the reference does"
 
 
 def is_zeros(atom: ir.Atom, made_by, value=0.0) -> bool:
@@ -52,12 +60,13 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
     replaced: dict[int, ir.Op] = {}
     fused_away: set[int] = set()
     for op in program.ops:
-        if not dst_scatter(op, ctx, made_by, "scatter-add", 0.0):
+        reduce, init = REDUCTIONS.get(op.name, (None, None))
+        if reduce is None or not dst_scatter(op, ctx, made_by, op.name, init):
             continue
         updates = op.inputs[2]
         e, width = updates.shape[0], int(np.prod(updates.shape[1:], dtype=np.int64))
         if updates.ndim > 2 or op.inputs[0].shape[0] != n:
-            ctx.skipped(KIND, f"segment sum of {list(updates.shape)} rows: only [E, F] rows are fused "
+            ctx.skipped(KIND, f"segment {reduce} of {list(updates.shape)} rows: only [E, F] rows are fused "
                               "(attention-weighted sums are fused by fuse_edge_softmax)")
             continue
         stored = len(users.get(updates.id, [])) != 1
@@ -75,22 +84,25 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             continue
         layout = layout_inputs(ctx, e)
         g = region.groups
+        backend = "xla" if reduce != "sum" else ctx.backend
         impl = ir.opaque(functools.partial(_run, regions.evaluator(region, lanes=True), len(g["src"]),
                                  len(g["dst"]) + len(g["const"]), len(layout), num_nodes=n, width=width,
-                                 backend=ctx.backend, out_shape=op.outputs[0].shape, out_dtype=op.outputs[0].dtype,
-                                 layout_tree=ctx.layout_tree), "gather_reduce", "node", ctx.backend)
+                                 reduce=reduce, backend=backend, out_shape=op.outputs[0].shape,
+                                 out_dtype=op.outputs[0].dtype, layout_tree=ctx.layout_tree),
+                         "gather_reduce", "node", backend)
         inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (src_index, op.inputs[1]) \
             + tuple(layout)
         replaced[id(op)] = ir.Op("fused_gather_reduce", inputs, op.outputs,
                                  {"jgnn_residency": ("node",), "jgnn_movement": "reduce"}, impl=impl, origin=KIND)
         fused_away.update(id(o) for o in region.ops)
+        why = f"; {EXTREMUM_WHY}" if backend != ctx.backend else ""
         ctx.report.kernels.append(KernelRecord(
-            "gather_reduce(sum)", ctx.backend,
+            f"gather_reduce({reduce})", backend,
             f"{len(region.ops)} edge ops fused; {len(g['src'])} src, {len(g['dst']) + len(g['const'])} dst, "
-            f"{len(g['edge'])} edge operands; width {width}; {csr_source(ctx.backend, layout)}"))
-        ctx.applied(KIND, f"segment_sum over {e} edges of messages that are stored anyway (also used elsewhere): "
-                          "a deterministic CSR walk on the kernel backends" if stored else
-                    f"gather→{len(region.ops)} lane-wise ops→segment_sum over {e} edges in one op; the "
+            f"{len(g['edge'])} edge operands; width {width}; {csr_source(backend, layout)}{why}"))
+        ctx.applied(KIND, f"segment_{reduce} over {e} edges of messages that are stored anyway (also used "
+                          "elsewhere): one walk whose backward keeps node-level values only" if stored else
+                    f"gather→{len(region.ops)} lane-wise ops→segment_{reduce} over {e} edges in one op; the "
                     f"{list(updates.shape)} messages are never stored")
     return regions.replace_ops(program, replaced, fused_away)
 
@@ -105,11 +117,12 @@ def split_operands(args, n_src: int, n_dst: int, n_layout: int, layout_tree):
             layout)
 
 
-def _run(edge_fn, n_src, n_dst, n_layout, *args, num_nodes, width, backend, out_shape, out_dtype, layout_tree):
+def _run(edge_fn, n_src, n_dst, n_layout, *args, num_nodes, width, reduce, backend, out_shape, out_dtype,
+         layout_tree):
     src, dst, edge, senders, receivers, layout = split_operands(args, n_src, n_dst, n_layout, layout_tree)
     dst = tuple(regions.as_rows(x, num_nodes) for x in dst)
     out = fused.gather_reduce(edge_fn, src, dst, edge, senders, receivers, num_nodes=num_nodes, width=width,
-                              backend=backend, layout=layout, out_dtype=out_dtype)
+                              reduce=reduce, backend=backend, layout=layout, out_dtype=out_dtype)
     return [out.reshape(out_shape)]
 
 

@@ -50,6 +50,7 @@ def _split_concat(op, cat, ctx, made_by):
         sl = ir.new_op(jax.lax.slice_p, [w], dict(start_indices=tuple(lo), limit_indices=tuple(hi), strides=None),
                        origin=KIND)
         new_ops.append(sl)
+        ctx.analysis.info[sl.outputs[0].id] = ctx.info(w)  # a slice of a weight is a weight: pieces may split again
         pieces.append((piece, sl.outputs[0]))
         start += width
     return pieces, new_ops
@@ -58,39 +59,51 @@ def _split_concat(op, cat, ctx, made_by):
 def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by = ir.producers(program)
     ops: list[ir.Op] = []
+
+    def emit(op: ir.Op) -> None:
+        new = _split(op, ctx, made_by)
+        if new is None:
+            ops.append(op)
+            return
+        for o in new:  # a piece may split again: concat(x_i, x_j - x_i) @ W needs both rules (EdgeConv)
+            made_by.update((v.id, o) for v in o.outputs)
+            emit(o)
+
     for op in program.ops:
-        lhs_op = made_by.get(op.inputs[0].id) if op.name == "dot_general" and isinstance(
-            op.inputs[0], ir.Value) else None
-        if lhs_op is None or not is_shared(ctx, op.inputs[1]) or lhs_op.name not in ("concatenate", "add", "sub"):
-            ops.append(op)
-            continue
-        wheres = {_where(ctx, a, made_by) for a in lhs_op.inputs}
-        if len(wheres) < 2:
-            ctx.skipped(KIND, f"{lhs_op.name} feeding dot_general: operands come through the same index, "
-                              "nothing to split")
-            ops.append(op)
-            continue
-        if lhs_op.name == "concatenate":
-            split = _split_concat(op, lhs_op, ctx, made_by)
-            if split is None:
-                ctx.skipped(KIND, "concatenate feeding dot_general along a dimension that is not contracted")
-                ops.append(op)
-                continue
-            pieces, pre = split
-            combine = [jax.lax.add_p] * (len(pieces) - 1)
-        else:
-            pieces, pre = [(a, op.inputs[1]) for a in lhs_op.inputs], []
-            combine = [jax.lax.add_p if lhs_op.name == "add" else jax.lax.sub_p]
-        ops += pre
-        partial = [ir.new_op(jax.lax.dot_general_p, [a, w], op.params, origin=KIND) for a, w in pieces]
-        ops += partial
-        acc = partial[0].outputs[0]
-        for prim, nxt in zip(combine, partial[1:], strict=True):
-            last = nxt is partial[-1]
-            add = ir.new_op(prim, [acc, nxt.outputs[0]], {}, origin=KIND, outputs=op.outputs if last else None)
-            ops.append(add)
-            acc = add.outputs[0]
-        saving = f"{len(pieces)} matmuls of widths {[int(np.prod(a.shape[1:])) for a, _ in pieces]}"
-        ctx.applied(KIND, f"{lhs_op.name}({', '.join('/'.join(map(str, w)) for w in sorted(wheres, key=str))}) @ W "
-                          f"split into {saving}, so each can move to the nodes")
+        emit(op)
     return ir.Program(program.inputs, program.outputs, ops)
+
+
+def _split(op: ir.Op, ctx: Context, made_by) -> list[ir.Op] | None:
+    """The ops replacing ``op``, or None to keep it."""
+    lhs_op = made_by.get(op.inputs[0].id) if op.name == "dot_general" and isinstance(
+        op.inputs[0], ir.Value) else None
+    if lhs_op is None or not is_shared(ctx, op.inputs[1]) or lhs_op.name not in ("concatenate", "add", "sub"):
+        return None
+    wheres = {_where(ctx, a, made_by) for a in lhs_op.inputs}
+    if len(wheres) < 2:
+        ctx.skipped(KIND, f"{lhs_op.name} feeding dot_general: operands come through the same index, "
+                          "nothing to split")
+        return None
+    if lhs_op.name == "concatenate":
+        split = _split_concat(op, lhs_op, ctx, made_by)
+        if split is None:
+            ctx.skipped(KIND, "concatenate feeding dot_general along a dimension that is not contracted")
+            return None
+        pieces, new_ops = split
+        combine = [jax.lax.add_p] * (len(pieces) - 1)
+    else:
+        pieces, new_ops = [(a, op.inputs[1]) for a in lhs_op.inputs], []
+        combine = [jax.lax.add_p if lhs_op.name == "add" else jax.lax.sub_p]
+    partial = [ir.new_op(jax.lax.dot_general_p, [a, w], op.params, origin=KIND) for a, w in pieces]
+    new_ops += partial
+    acc = partial[0].outputs[0]
+    for prim, nxt in zip(combine, partial[1:], strict=True):
+        last = nxt is partial[-1]
+        add = ir.new_op(prim, [acc, nxt.outputs[0]], {}, origin=KIND, outputs=op.outputs if last else None)
+        new_ops.append(add)
+        acc = add.outputs[0]
+    saving = f"{len(pieces)} matmuls of widths {[int(np.prod(a.shape[1:])) for a, _ in pieces]}"
+    ctx.applied(KIND, f"{lhs_op.name}({', '.join('/'.join(map(str, w)) for w in sorted(wheres, key=str))}) @ W "
+                      f"split into {saving}, so each can move to the nodes")
+    return new_ops
