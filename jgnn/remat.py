@@ -76,7 +76,9 @@ def resolve(remat: Any) -> tuple[str, Callable | None]:
     return remat, jax.checkpoint_policies.save_only_these_names(*POLICIES[remat])
 
 
-def record(remat: Any, names: dict[int, str]) -> RematRecord:
+def record(remat: Any, names: dict[int, str], *, layout_would_compact: bool = False) -> RematRecord:
+    """What ``remat`` saves and recomputes; ``layout_would_compact``: a typed matmul was left per edge only
+    because no `jgnn.layout.GraphLayout` was passed."""
     label, policy = resolve(remat)
     counts: dict[str, int] = {}
     for n in names.values():
@@ -90,9 +92,10 @@ def record(remat: Any, names: dict[int, str]) -> RematRecord:
               "fused ops keep node-level residuals only")
     if "jgnn_edge_matmul" in saved and counts.get("jgnn_edge_matmul"):
         detail += (f"; {counts['jgnn_edge_matmul']} edge-level matmul output(s) are saved where the backward "
-                   "reads them, one edge-sized array each: a GraphLayout lets typed ones be made per (source, "
-                   "edge type) pair (see compact_materialize), and remat='edges' recomputes them at one more "
-                   "matmul each")
+                   "reads them, one edge-sized array each: "
+                   + ("a GraphLayout would make the typed ones per (source, edge type) pair (see "
+                      "compact_materialize), and " if layout_would_compact else "")
+                   + "remat='edges' recomputes them at one more matmul each")
     return RematRecord(label, saved=kept, recomputed=redo, detail=detail)
 
 
