@@ -29,6 +29,7 @@ import numpy as np
 import optax
 
 from benchmarks import suites
+from jgnn.layout import GraphLayout
 
 
 class Unavailable(Exception):
@@ -149,16 +150,17 @@ def _map_features(graph: jraph.GraphsTuple, f) -> jraph.GraphsTuple:
 
 
 class Stack(nn.Module):
-    """Convolutions with ReLU between them; returns the last layer's node features."""
+    """Convolutions with ReLU between them; returns the last layer's node features. A `GraphLayout`, when
+    given, goes to every layer (jgnn layers only)."""
 
     layers: tuple
 
     @nn.compact
-    def __call__(self, graph):
+    def __call__(self, graph, layout=None):
         for i, layer in enumerate(self.layers):
             if i:
                 graph = _map_features(graph, jax.nn.relu)
-            graph = layer(graph)
+            graph = layer(graph) if layout is None else layer(graph, layout=layout)
         return node_features(graph)
 
 
@@ -267,23 +269,25 @@ def build_jax_model(system: str, case: suites.Case, data: Data, device: str) -> 
         layers = jraph_layers(spec, data)
     model = Stack(layers)
     graph = jax.device_put(data.graph)
+    # jgnn gets the sorted CSRs and typed pairs built once on the host, as PyG gets its CSR: preprocessing
+    layout = jax.device_put(GraphLayout.from_graph(data.graph)) if system == "jgnn" else None
     params = random_params(model, graph)
     out_dim = layer_dims(spec, data)[-1]
     labels = jax.device_put(data.labels % (out_dim[0] * out_dim[1]))
     if case.mode == "inference":
-        return Runnable("jax", lambda p, g: model.apply(p, g), (params, graph))
+        return Runnable("jax", lambda p, g, lay: model.apply(p, g, lay), (params, graph, layout))
     opt = optax.adam(1e-3)
 
-    def step(p, opt_state, g, y):
+    def step(p, opt_state, g, y, lay):
         def loss_fn(q):
-            logits = model.apply(q, g)
+            logits = model.apply(q, g, lay)
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
         loss, grads = jax.value_and_grad(loss_fn)(p)
         updates, opt_state = opt.update(grads, opt_state, p)
         return optax.apply_updates(p, updates), opt_state, loss
 
-    return Runnable("jax", step, (params, opt.init(params), graph, labels))
+    return Runnable("jax", step, (params, opt.init(params), graph, labels, layout))
 
 
 # ---- PyG (GPU machine only; mirrors the jgnn stack) --------------------------------------------------------
