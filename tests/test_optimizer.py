@@ -310,6 +310,28 @@ def test_max_min_aggregation_is_fused_and_splits_ties_as_the_reference(reduce, t
                                **TOL)
 
 
+@pytest.mark.parametrize("explicit_rho", [False, True])
+def test_gather_reduce_fuses_through_unit_axes(explicit_rho):
+    # jgnn.sum of an array message makes [E, 1, F] rows between the product and the scatter: still lane-wise
+    rng = _rng()
+    graph = random_graph(rng, 20, 80, 7)
+    graph = graph._replace(nodes={**graph.nodes, "c": jnp.asarray(rng.uniform(0.2, 1, 20), jnp.float32)})
+    W = jnp.asarray(rng.normal(size=(7, 16)), jnp.float32)
+    rho = (lambda mb, node: jgnn.sum(mb)) if explicit_rho else None
+    parts = (lambda s, d, e: (s["h"] @ W) * (s["c"] * d["c"]), rho, lambda n, a: {"h": a})
+    layer = jgnn.message_passing(*parts, backend="xla")
+    reference = jgnn.message_passing(*parts, backend="reference")
+    (kernel,) = jgnn.explain(layer, graph).kernels
+    assert "0 edge operands" in kernel.detail  # the [E, 16] messages are made inside the fused op
+    np.testing.assert_allclose(layer(graph).nodes["h"], reference(graph).nodes["h"], **TOL)
+
+    def loss(h, f):
+        return jnp.sum(jnp.sin(f(graph._replace(nodes={**graph.nodes, "h": h})).nodes["h"]))
+
+    np.testing.assert_allclose(jax.grad(loss)(graph.nodes["h"], layer), jax.grad(loss)(graph.nodes["h"], reference),
+                               **TOL)
+
+
 def test_impure_op_on_edge_data_falls_back_and_still_runs():
     rng = _rng()
     graph = _plain(rng)

@@ -139,10 +139,10 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         g = region.groups
         head = tuple(g["src"] + g["dst"] + g["edge"] + g["const"])
         sizes = (len(g["src"]), len(g["dst"]), len(g["edge"]), len(g["const"]))
-        heads = regions._squeezed(sm.scores.shape[1:])
+        heads = regions.squeezed(sm.scores.shape[1:])
         lanes = all(regions.is_lane_op(o) or o.name == "reduce_sum" for o in region.ops) \
             and regions.zero_padding_safe(region) \
-            and all(regions._squeezed(a.shape[1:])[:1] in ((), heads) for group in g.values() for a in group)
+            and all(regions.squeezed(a.shape[1:])[:1] in ((), heads) for group in g.values() for a in group)
         if ws is not None:
             backend = ctx.backend if lanes else "xla"
             impl = ir.opaque(functools.partial(_run_attention, region, sizes, len(layout), num_nodes=n, backend=backend,

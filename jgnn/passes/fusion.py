@@ -70,8 +70,9 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                               "(attention-weighted sums are fused by fuse_edge_softmax)")
             continue
         stored = len(users.get(updates.id, [])) != 1
+        # unit axes are free on [B, width] lanes: the [E, 1, F] that vmap's broadcasts make is an [E, F] row
         lane_ok = lambda o: not stored and regions.is_lane_op(o) and all(
-            v.shape[1:] in ((), (1,), (width,)) for v in o.outputs if v.shape[:1] == (e,))
+            regions.squeezed(v.shape[1:]) in ((), (width,)) for v in o.outputs if v.shape[:1] == (e,))
         grown = regions.grow(updates, made_by, users, lane_ok, order)
         region = grown and regions.build(updates, *grown, made_by, ctx)
         widths_ok = region is not None and all(

@@ -38,7 +38,7 @@ class Region:
     expand: dict[int, ir.Op] = dataclasses.field(default_factory=dict)  # const leaf id -> its broadcast op
 
 
-def _squeezed(shape) -> tuple[int, ...]:
+def squeezed(shape) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
 
 
@@ -48,7 +48,7 @@ def is_lane_op(op: ir.Op) -> bool:
         return True
     if op.name in SHAPE_ONLY:
         x = op.inputs[0]
-        return x.ndim >= 1 and _squeezed(x.shape[1:]) in ((), _squeezed(op.outputs[0].shape[1:]))
+        return x.ndim >= 1 and squeezed(x.shape[1:]) in ((), squeezed(op.outputs[0].shape[1:]))
     return False
 
 
