@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src.ad_checkpoint import saved_residuals
 
+from benchmarks.run import git_commit
 from jgnn.datasets import power_law_graph, typed_graph
 from jgnn.layout import GraphLayout
 from jgnn.nn import GATConv, HGTConv, RGCNConv
@@ -158,6 +159,7 @@ def main(argv=None):
     wanted = set(args.models.split(","))
     meta = {"device": str(jax.devices()[0]), "jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(
         jax.lib, "__version__") else jax.__version__, "scale": scale, "date": time.strftime("%Y-%m-%d"),
+        "commit": git_commit(),
         "machine": "2-core CPU, 24 GiB (the project's CI-sized machine)"}
     fmt = lambda ms: "   (not run)" if ms is None else f"{ms:12.1f}"
     for name, make, graph, lay in cases:
