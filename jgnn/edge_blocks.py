@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 from pallas_kernels import residuals
 
@@ -78,21 +79,20 @@ def _hoist(fn: Callable, size: int, src, dst, edge, senders, receivers):
 def gather_reduce_sum(edge_fn: Callable, num_nodes: int, size: int, src, dst, edge, senders, receivers):
     """``[num_nodes, ...]``: ``Σ_{e→v} edge_fn(src rows, dst rows, edge rows)`` over blocks of ``size`` edges."""
     fn, hoisted = _hoist(edge_fn, size, src, dst, edge, senders, receivers)
-    dropped = _unread_by_backward(fn, size, src, dst, edge, hoisted)
-    return _gather_reduce_sum(fn, num_nodes, size, dropped, src, dst, edge, hoisted, senders, receivers)
+    return _gather_reduce_sum(fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
 
 
 def _unread_by_backward(fn: Callable, size: int, src, dst, edge, hoisted) -> tuple:
-    """Edge operands a block's pullback never reads (see `pallas_kernels.residuals.unread_operands`): a sum of
-    messages linear in one (RGCN's typed messages, GCN's edge weights) keeps no copy of it for the backward,
-    so the recomputation policy has nothing edge-sized to save or remake."""
+    """Edge operands a block's pullback never reads (see `pallas_kernels.residuals`): a sum of messages linear
+    in one whose other factors are not differentiated (RGCN's typed messages times degree normalisers) keeps
+    no copy of it for the backward, so the recomputation policy has nothing edge-sized to save or remake."""
     ids = jnp.zeros((size,), jnp.int32)
     blocks = (_rows(src, ids), _rows(dst, ids), tuple(jnp.zeros((size,) + x.shape[1:], x.dtype) for x in edge))
     return residuals.unread_operands(fn, (*blocks, *hoisted), 2, edge)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _gather_reduce_sum(edge_fn, num_nodes, size, dropped, src, dst, edge, hoisted, senders, receivers):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _gather_reduce_sum(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
     return _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
 
 
@@ -114,38 +114,49 @@ def _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, rece
     return jax.lax.fori_loop(0, s.shape[0] // size, body, acc).astype(out0.dtype)
 
 
-def _gr_fwd(edge_fn, num_nodes, size, dropped, src, dst, edge, hoisted, senders, receivers):
+def _gr_fwd(edge_fn, num_nodes, size, *primals):
+    (src, dst, edge, hoisted, senders, receivers), perturbed = residuals.split_primals(primals)
     out = _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
-    return out, (src, dst, residuals.keep(edge, dropped), hoisted, senders, receivers)
+    fn = residuals.frozen(edge_fn, (*perturbed[:3], *perturbed[3]))
+    dropped = _unread_by_backward(fn, size, src, dst, edge, hoisted)
+    return out, (src, dst, residuals.keep(edge, dropped), hoisted, senders, receivers,
+                 residuals.flags(perturbed[:4]))
 
 
-def _gr_bwd(edge_fn, num_nodes, size, dropped, res, g):
-    src, dst, kept, hoisted, senders, receivers = res
+def _gr_bwd(edge_fn, num_nodes, size, res, g):
+    src, dst, kept, hoisted, senders, receivers, encoded = res
+    perturbed = residuals.unflag(encoded, (src, dst, (0,) * len(kept), hoisted))
+    edge_fn = residuals.frozen(edge_fn, (*perturbed[:3], *perturbed[3]))
+    g = jnp.zeros(g.aval.shape, g.aval.dtype) if isinstance(g, SymbolicZero) else g
     n_edges = senders.shape[0]
     s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(None if x is None else _blocks(x, size, 0) for x in kept)
+    e = tuple(x if residuals.is_dropped(x) else _blocks(x, size, 0) for x in kept)
     # An operand the pullback never reads (see `_unread_by_backward`) is fed as a block of zeros.
-    block = lambda x, d, i: jnp.zeros((size,) + tuple(d[0][1:]), d[1]) if x is None else _take(x, i, size)
+    def block(x, i):
+        if residuals.is_dropped(x):
+            shape, dtype = residuals.dropped_shape(x)
+            return jnp.zeros((size,) + shape[1:], dtype)
+        return _take(x, i, size)
+
     g_pad = jnp.concatenate([g, jnp.zeros((1,) + g.shape[1:], g.dtype)])  # row num_nodes: padding edges
 
     def body(b, carry):
         i = b * size
         sb, rb = _take(s, i, size), _take(r, i, size)
         rb_safe = jnp.minimum(rb, num_nodes - 1)
-        eb = tuple(block(x, d, i) for x, d in zip(e, dropped, strict=True))
+        eb = tuple(block(x, i) for x in e)
         _, pullback = jax.vjp(edge_fn, _rows(src, sb), _rows(dst, rb_safe), eb, *hoisted)
         return _add_block_grads(carry, pullback(g_pad[rb].astype(jnp.result_type(g))), sb, rb, i)
 
     zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
-    d_e0 = tuple(jnp.zeros((s.shape[0],) + (x.shape[1:] if d is None else tuple(d[0][1:])), x.dtype if d is None
-                           else d[1]) for x, d in zip(e, dropped, strict=True))
+    d_e0 = tuple(_blocks(jnp.zeros_like(x), size, 0) for x in residuals.restore(kept))
     init = (zeros(src), zeros(dst), d_e0, zeros(hoisted))
     d_src, d_dst, d_edge, d_hoisted = jax.lax.fori_loop(0, s.shape[0] // size, body, init)
     d_edge = tuple(x[:n_edges] for x in d_edge)
     return d_src, d_dst, d_edge, d_hoisted, None, None
 
 
-_gather_reduce_sum.defvjp(_gr_fwd, _gr_bwd)
+_gather_reduce_sum.defvjp(_gr_fwd, _gr_bwd, symbolic_zeros=True)
 
 
 # ---- gather → f → segment max / min ------------------------------------------------------------------

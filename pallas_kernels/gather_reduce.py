@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 from pallas_kernels import _access as acc
 from pallas_kernels import _edgewalk as ew
@@ -100,8 +101,8 @@ def _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr):
     return outs[0], (outs[1] if len(outs) > 1 else None)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _gather_reduce(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev_csr):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _gather_reduce(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr):
     return _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)[0]
 
 
@@ -115,10 +116,12 @@ def _unread_by_backward(edge_fn, reduce: str, src, dst, edge) -> tuple:
     return residuals.unread_operands(edge_fn, tiles, 2, edge)
 
 
-def _gather_reduce_fwd(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev_csr):
+def _gather_reduce_fwd(edge_fn, reduce, interpret, *primals):
+    (src, dst, edge, csr, rev_csr), perturbed = residuals.split_primals(primals)
     out, arg = _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)
     arg = None if arg is None else residuals.name_stats(arg)[0]
-    return out, (src, dst, residuals.keep(edge, dropped), csr, rev_csr, arg)
+    dropped = _unread_by_backward(residuals.frozen(edge_fn, perturbed[:3]), reduce, src, dst, edge)
+    return out, (src, dst, residuals.keep(edge, dropped), csr, rev_csr, arg, residuals.flags(perturbed[:3]))
 
 
 def _aux(reduce: str, csr: CSR, arg):
@@ -131,15 +134,17 @@ def _aux(reduce: str, csr: CSR, arg):
     return jnp.zeros((1,), jnp.float32)  # unused by "sum"
 
 
-def _gather_reduce_bwd(edge_fn, reduce, interpret, dropped, res, g):
-    src, dst, kept, csr, rev_csr, arg = res
-    edge = residuals.restore(kept, dropped)
+def _gather_reduce_bwd(edge_fn, reduce, interpret, res, g):
+    src, dst, kept, csr, rev_csr, arg, encoded = res
+    edge_fn = residuals.frozen(edge_fn, residuals.unflag(encoded, (src, dst, (0,) * len(kept))))
+    g = jnp.zeros(g.aval.shape, g.aval.dtype) if isinstance(g, SymbolicZero) else g
+    edge = residuals.restore(kept)
     d_src, d_dst, d_edge = ew.backward(edge_fn, reduce, src, dst, edge, csr, rev_csr, g,
                                        _aux(reduce, csr, arg), interpret=interpret)
     return d_src, d_dst, d_edge, None, None
 
 
-_gather_reduce.defvjp(_gather_reduce_fwd, _gather_reduce_bwd)
+_gather_reduce.defvjp(_gather_reduce_fwd, _gather_reduce_bwd, symbolic_zeros=True)
 
 
 def gather_reduce(edge_fn: ew.EdgeFn, src: tuple, dst: tuple, edge: tuple, csr: CSR, rev_csr: CSR, *,
@@ -155,8 +160,7 @@ def gather_reduce(edge_fn: ew.EdgeFn, src: tuple, dst: tuple, edge: tuple, csr: 
       interpret: run the Pallas interpreter (CPU) instead of the Triton kernel.
     """
     src, dst, edge = tuple(src), tuple(dst), tuple(edge)
-    dropped = _unread_by_backward(edge_fn, reduce, src, dst, edge)
-    return _gather_reduce(edge_fn, reduce, interpret, dropped, src, dst, edge, csr, rev_csr)
+    return _gather_reduce(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)
 
 
 def gather_reduce_reference(edge_fn: ew.EdgeFn, src: tuple, dst: tuple, edge: tuple, csr: CSR,

@@ -4,8 +4,11 @@
   VJP's forward rule. Under ``jax.checkpoint`` a policy saves only what it can name; an unnamed statistic
   would be remade by running the whole forward kernel again in the backward. `name_stats` tags them
   ``STATS_NAME`` so that a policy can keep them (jgnn's policies all do).
-* An edge operand the backward never reads (a message linear in it, summed) is not kept at all
-  (`unread_operands`); the backward gets zeros of its shape in its place.
+* An edge operand the backward never reads is not kept at all (`unread_operands`, `keep`, `restore`). What
+  the backward reads depends on which inputs are differentiated at all: RGCN's ``m · c`` needs ``m`` only
+  for ``∂c``, and its normaliser ``c`` comes from degrees. So the forward rules use ``symbolic_zeros``
+  (`split_primals`), freeze the inputs JAX does not perturb (`frozen`) and pass those flags to the backward
+  inside the residual's structure (`flags`, `unflag`), which is static.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
+from jax.custom_derivatives import CustomVJPPrimal
 
 from pallas_kernels import compat
 
@@ -27,6 +31,32 @@ def name_stats(*xs: jax.Array) -> tuple[jax.Array, ...]:
     return tuple(checkpoint_name(x, STATS_NAME) for x in xs)
 
 
+def split_primals(args):
+    """(values, perturbed flags) of a ``symbolic_zeros`` forward rule's arguments."""
+    is_primal = lambda x: isinstance(x, CustomVJPPrimal)
+    return (jax.tree_util.tree_map(lambda p: p.value, args, is_leaf=is_primal),
+            jax.tree_util.tree_map(lambda p: p.perturbed, args, is_leaf=is_primal))
+
+
+def frozen(fn: Callable, perturbed) -> Callable:
+    """``fn`` with every argument leaf JAX does not perturb behind ``stop_gradient``: its cotangent is zero, so
+    a pullback reads nothing that only that cotangent would have needed."""
+    def run(*args):
+        return fn(*jax.tree_util.tree_map(lambda x, p: x if p else jax.lax.stop_gradient(x), args, perturbed))
+
+    return run
+
+
+def flags(perturbed) -> tuple:
+    """Perturbed flags as residual *structure* (``()`` or ``None`` per leaf): static in the backward."""
+    return tuple(() if p else None for p in jax.tree_util.tree_leaves(perturbed))
+
+
+def unflag(encoded: tuple, like) -> object:
+    """The flags `flags` encoded, in the structure of ``like``."""
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), [x is not None for x in encoded])
+
+
 def unread_operands(fn: Callable, examples: tuple, group: int, operands: tuple) -> tuple[Dropped, ...]:
     """For each array of ``operands`` (the full-size ``examples[group]``): None if the pullback of
     ``fn(*examples)`` reads it, else its (shape, dtype). ``examples`` are block-sized stand-ins."""
@@ -38,10 +68,23 @@ def unread_operands(fn: Callable, examples: tuple, group: int, operands: tuple) 
 
 
 def keep(operands: tuple, dropped: tuple[Dropped, ...]) -> tuple:
-    """The residual: each operand, or None where it is not kept."""
-    return tuple(x if d is None else None for x, d in zip(operands, dropped, strict=True))
+    """The residual: each kept operand, and for each dropped one ``{"dropped": m}`` where ``m`` has shape
+    ``(0, *x.shape)``: the operand's shape and dtype with no data. (A slice of ``x`` would make the residual
+    depend on ``x``; the dict marks the operand as dropped in the residual's structure.)"""
+    return tuple(x if d is None else {"dropped": jnp.zeros((0,) + x.shape, x.dtype)}
+                 for x, d in zip(operands, dropped, strict=True))
 
 
-def restore(kept: tuple, dropped: tuple[Dropped, ...]) -> tuple:
-    """Full-size operands for the backward: the kept ones, zeros for the others."""
-    return tuple(jnp.zeros(*d) if x is None else x for x, d in zip(kept, dropped, strict=True))
+def is_dropped(kept) -> bool:
+    return isinstance(kept, dict)
+
+
+def dropped_shape(kept) -> tuple[tuple[int, ...], jnp.dtype]:
+    """(shape, dtype) of the operand a `keep` marker stands for."""
+    m = kept["dropped"]
+    return m.shape[1:], m.dtype
+
+
+def restore(kept: tuple) -> tuple:
+    """Full-size operands for the backward: the kept ones, and zeros for the dropped ones."""
+    return tuple(jnp.zeros(*dropped_shape(x)) if is_dropped(x) else x for x in kept)
