@@ -51,16 +51,56 @@ def _rows(group, ids):
     return tuple(x[ids] for x in group)
 
 
-def _add_block_grads(carry, grads, sb, rb, i):
-    """Add one block's pullback ``(d src rows, d dst rows, d edge rows, *d hoisted)`` to the running
-    cotangents: node rows scatter-add by their ids, edge rows land in the block's slice."""
-    d_src, d_dst, d_edge, d_hoisted = carry
-    cs, cd, ce, *ch = grads
-    return (tuple(a + jax.ops.segment_sum(c, sb, a.shape[0]) for a, c in zip(d_src, cs, strict=True)),
-            tuple(a + jax.ops.segment_sum(c, rb, a.shape[0]) for a, c in zip(d_dst, cd, strict=True)),
-            tuple(jax.lax.dynamic_update_slice_in_dim(a, c.astype(a.dtype), i, 0)
-                  for a, c in zip(d_edge, ce, strict=True)),
-            tuple(a + c for a, c in zip(d_hoisted, ch, strict=True)))
+def _pad_row(x, fill):
+    """One more row of ``fill``: what the padding edges (ids ``num_nodes``) read."""
+    return jnp.concatenate([x, jnp.full((1,) + x.shape[1:], fill, x.dtype)])
+
+
+class _Walk:
+    """The edges padded to whole blocks of ``size``, and what every loop reads per block.
+
+    An edge operand may be a `pallas_kernels.residuals.keep` marker (dropped from a VJP's residuals because
+    its backward never reads it): its blocks are zeros.
+    """
+
+    def __init__(self, size: int, num_nodes: int, src, dst, edge, senders, receivers):
+        self.size, self.num_nodes, self.src, self.dst = size, num_nodes, src, dst
+        self.n_edges = senders.shape[0]
+        self.s, self.r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
+        self.e = tuple(x if residuals.is_dropped(x) else _blocks(x, size, 0) for x in edge)
+        self.num_blocks = self.s.shape[0] // size
+
+    def block(self, b):
+        """(start row, sender ids, receiver ids, (src rows, dst rows, edge rows)) of block ``b``."""
+        i = b * self.size
+        sb, rb = _take(self.s, i, self.size), _take(self.r, i, self.size)
+        edge = tuple(residuals.zeros_for(x, self.size) if residuals.is_dropped(x) else _take(x, i, self.size)
+                     for x in self.e)
+        return i, sb, rb, (_rows(self.src, sb), _rows(self.dst, jnp.minimum(rb, self.num_nodes - 1)), edge)
+
+    def zero_grads(self, hoisted) -> tuple:
+        """Initial cotangents (src, dst, padded edge, hoisted) of a backward walk."""
+        zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
+        edge = tuple(residuals.zeros_for(x, self.s.shape[0]) if residuals.is_dropped(x) else jnp.zeros_like(x)
+                     for x in self.e)
+        return zeros(self.src), zeros(self.dst), edge, zeros(hoisted)
+
+    def add_grads(self, carry, grads, sb, rb, i):
+        """Add one block's pullback ``(d src rows, d dst rows, d edge rows, *d hoisted)`` to the running
+        cotangents: node rows scatter-add by their ids, edge rows land in the block's slice."""
+        d_src, d_dst, d_edge, d_hoisted = carry
+        cs, cd, ce, *ch = grads
+        return (tuple(a + jax.ops.segment_sum(c, sb, a.shape[0]) for a, c in zip(d_src, cs, strict=True)),
+                tuple(a + jax.ops.segment_sum(c, rb, a.shape[0]) for a, c in zip(d_dst, cd, strict=True)),
+                tuple(jax.lax.dynamic_update_slice_in_dim(a, c.astype(a.dtype), i, 0)
+                      for a, c in zip(d_edge, ce, strict=True)),
+                tuple(a + c for a, c in zip(d_hoisted, ch, strict=True)))
+
+    def loop(self, body, init):
+        return jax.lax.fori_loop(0, self.num_blocks, body, init)
+
+    def trim(self, d_edge) -> tuple:
+        return tuple(x[:self.n_edges] for x in d_edge)
 
 
 # ---- gather → f → segment sum ----------------------------------------------------------------------------
@@ -70,10 +110,14 @@ def _hoist(fn: Callable, size: int, src, dst, edge, senders, receivers):
 
     Traced at the block size: every block has exactly ``size`` rows.
     """
-    ids = jnp.zeros((size,), jnp.int32)
-    example = (_rows(src, ids), _rows(dst, ids), tuple(jnp.zeros((size,) + x.shape[1:], x.dtype) for x in edge))
-    converted, hoisted = jax.closure_convert(fn, *example)
+    converted, hoisted = jax.closure_convert(fn, *_example_block(size, src, dst, edge))
     return converted, tuple(hoisted)
+
+
+def _example_block(size: int, src, dst, edge) -> tuple:
+    """Stand-in (src rows, dst rows, edge rows) of one block, for tracing."""
+    ids = jnp.zeros((size,), jnp.int32)
+    return _rows(src, ids), _rows(dst, ids), tuple(jnp.zeros((size,) + x.shape[1:], x.dtype) for x in edge)
 
 
 def gather_reduce_sum(edge_fn: Callable, num_nodes: int, size: int, src, dst, edge, senders, receivers):
@@ -82,43 +126,31 @@ def gather_reduce_sum(edge_fn: Callable, num_nodes: int, size: int, src, dst, ed
     return _gather_reduce_sum(fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
 
 
-def _unread_by_backward(fn: Callable, size: int, src, dst, edge, hoisted) -> tuple:
-    """Edge operands a block's pullback never reads (see `pallas_kernels.residuals`): a sum of messages linear
-    in one whose other factors are not differentiated (RGCN's typed messages times degree normalisers) keeps
-    no copy of it for the backward, so the recomputation policy has nothing edge-sized to save or remake."""
-    ids = jnp.zeros((size,), jnp.int32)
-    blocks = (_rows(src, ids), _rows(dst, ids), tuple(jnp.zeros((size,) + x.shape[1:], x.dtype) for x in edge))
-    return residuals.unread_operands(fn, (*blocks, *hoisted), 2, edge)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
 def _gather_reduce_sum(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
     return _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
 
 
 def _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
-    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(_blocks(x, size, 0) for x in edge)
-    ids = jnp.zeros((size,), jnp.int32)
-    out0 = jax.eval_shape(lambda: edge_fn(_rows(src, ids), _rows(dst, ids), tuple(_take(x, 0, size) for x in e),
-                                          *hoisted))
+    walk = _Walk(size, num_nodes, src, dst, edge, senders, receivers)
+    out0 = jax.eval_shape(edge_fn, *_example_block(size, src, dst, edge), *hoisted)
 
     def body(b, acc):
-        i = b * size
-        sb, rb = _take(s, i, size), _take(r, i, size)
-        rows = edge_fn(_rows(src, sb), _rows(dst, jnp.minimum(rb, num_nodes - 1)),
-                       tuple(_take(x, i, size) for x in e), *hoisted)
-        return acc + jax.ops.segment_sum(rows, rb, num_nodes)
+        _, _, rb, rows = walk.block(b)
+        return acc + jax.ops.segment_sum(edge_fn(*rows, *hoisted), rb, num_nodes)
 
     acc = jnp.zeros((num_nodes,) + out0.shape[1:], jnp.float32)
-    return jax.lax.fori_loop(0, s.shape[0] // size, body, acc).astype(out0.dtype)
+    return walk.loop(body, acc).astype(out0.dtype)
 
 
 def _gr_fwd(edge_fn, num_nodes, size, *primals):
     (src, dst, edge, hoisted, senders, receivers), perturbed = residuals.split_primals(primals)
     out = _gr_forward(edge_fn, num_nodes, size, src, dst, edge, hoisted, senders, receivers)
+    # A sum of messages linear in an edge operand whose other factors are not differentiated (RGCN's typed
+    # messages times degree normalisers) never reads it in the backward: it is not kept, so the
+    # recomputation policy has nothing edge-sized to save or remake.
     fn = residuals.frozen(edge_fn, (*perturbed[:3], *perturbed[3]))
-    dropped = _unread_by_backward(fn, size, src, dst, edge, hoisted)
+    dropped = residuals.unread_operands(fn, (*_example_block(size, src, dst, edge), *hoisted), 2, edge)
     return out, (src, dst, residuals.keep(edge, dropped), hoisted, senders, receivers,
                  residuals.flags(perturbed[:4]))
 
@@ -128,32 +160,16 @@ def _gr_bwd(edge_fn, num_nodes, size, res, g):
     perturbed = residuals.unflag(encoded, (src, dst, (0,) * len(kept), hoisted))
     edge_fn = residuals.frozen(edge_fn, (*perturbed[:3], *perturbed[3]))
     g = jnp.zeros(g.aval.shape, g.aval.dtype) if isinstance(g, SymbolicZero) else g
-    n_edges = senders.shape[0]
-    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(x if residuals.is_dropped(x) else _blocks(x, size, 0) for x in kept)
-    # An operand the pullback never reads (see `_unread_by_backward`) is fed as a block of zeros.
-    def block(x, i):
-        if residuals.is_dropped(x):
-            shape, dtype = residuals.dropped_shape(x)
-            return jnp.zeros((size,) + shape[1:], dtype)
-        return _take(x, i, size)
-
-    g_pad = jnp.concatenate([g, jnp.zeros((1,) + g.shape[1:], g.dtype)])  # row num_nodes: padding edges
+    walk = _Walk(size, num_nodes, src, dst, kept, senders, receivers)
+    g_pad = _pad_row(g, 0)
 
     def body(b, carry):
-        i = b * size
-        sb, rb = _take(s, i, size), _take(r, i, size)
-        rb_safe = jnp.minimum(rb, num_nodes - 1)
-        eb = tuple(block(x, i) for x in e)
-        _, pullback = jax.vjp(edge_fn, _rows(src, sb), _rows(dst, rb_safe), eb, *hoisted)
-        return _add_block_grads(carry, pullback(g_pad[rb].astype(jnp.result_type(g))), sb, rb, i)
+        i, sb, rb, rows = walk.block(b)
+        _, pullback = jax.vjp(edge_fn, *rows, *hoisted)
+        return walk.add_grads(carry, pullback(g_pad[rb].astype(jnp.result_type(g))), sb, rb, i)
 
-    zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
-    d_e0 = tuple(_blocks(jnp.zeros_like(x), size, 0) for x in residuals.restore(kept))
-    init = (zeros(src), zeros(dst), d_e0, zeros(hoisted))
-    d_src, d_dst, d_edge, d_hoisted = jax.lax.fori_loop(0, s.shape[0] // size, body, init)
-    d_edge = tuple(x[:n_edges] for x in d_edge)
-    return d_src, d_dst, d_edge, d_hoisted, None, None
+    d_src, d_dst, d_edge, d_hoisted = walk.loop(body, walk.zero_grads(hoisted))
+    return d_src, d_dst, walk.trim(d_edge), d_hoisted, None, None
 
 
 _gather_reduce_sum.defvjp(_gr_fwd, _gr_bwd, symbolic_zeros=True)
@@ -177,22 +193,16 @@ def _gather_reduce_extremum(edge_fn, kind, num_nodes, size, src, dst, edge, hois
     return _ext_forward(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers)[0]
 
 
-def _ext_rows(edge_fn, num_nodes, size, src, dst, e, hoisted, s, r, i):
-    sb, rb = _take(s, i, size), _take(r, i, size)
-    return edge_fn(_rows(src, sb), _rows(dst, jnp.minimum(rb, num_nodes - 1)),
-                   tuple(_take(x, i, size) for x in e), *hoisted), sb, rb
-
-
 def _ext_forward(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
     identity, combine, segment = EXTREMA[kind]
-    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(_blocks(x, size, 0) for x in edge)
-    out0 = jax.eval_shape(lambda: _ext_rows(edge_fn, num_nodes, size, src, dst, e, hoisted, s, r, 0)[0])
+    walk = _Walk(size, num_nodes, src, dst, edge, senders, receivers)
+    out0 = jax.eval_shape(edge_fn, *_example_block(size, src, dst, edge), *hoisted)
     pad = jnp.full((1,) + out0.shape[1:], identity, out0.dtype)
 
     def body(b, carry):  # running extremum and how many edges attain it, per node and lane
         best, count = carry
-        rows, _, rb = _ext_rows(edge_fn, num_nodes, size, src, dst, e, hoisted, s, r, b * size)
+        _, _, rb, rows = walk.block(b)
+        rows = edge_fn(*rows, *hoisted)
         block_best = segment(rows, rb, num_nodes)
         hits = jax.ops.segment_sum((rows == jnp.concatenate([block_best, pad])[rb]).astype(jnp.float32), rb,
                                    num_nodes)
@@ -201,7 +211,7 @@ def _ext_forward(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, sender
 
     init = (jnp.full((num_nodes,) + out0.shape[1:], identity, out0.dtype),
             jnp.zeros((num_nodes,) + out0.shape[1:], jnp.float32))
-    return jax.lax.fori_loop(0, s.shape[0] // size, body, init)
+    return walk.loop(body, init)
 
 
 def _ext_fwd(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, receivers):
@@ -213,27 +223,20 @@ def _ext_fwd(edge_fn, kind, num_nodes, size, src, dst, edge, hoisted, senders, r
 def _ext_bwd(edge_fn, kind, num_nodes, size, res, g):
     src, dst, edge, hoisted, senders, receivers, best, count = res
     identity = EXTREMA[kind][0]
-    n_edges = senders.shape[0]
-    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(_blocks(x, size, 0) for x in edge)
+    walk = _Walk(size, num_nodes, src, dst, edge, senders, receivers)
     # JAX's scatter-max rule: tied edges share the gradient equally, and so does the identity it started from
     # when every edge attains it (all -inf).
     share = 1.0 / (count + (best == identity))
-    pad_row = lambda x, fill: jnp.concatenate([x, jnp.full((1,) + x.shape[1:], fill, x.dtype)])
-    best_p, share_p, g_p = pad_row(best, identity), pad_row(share, 0.0), pad_row(g.astype(jnp.float32), 0.0)
+    best_p, share_p, g_p = _pad_row(best, identity), _pad_row(share, 0.0), _pad_row(g.astype(jnp.float32), 0.0)
 
     def body(b, carry):
-        i = b * size
-        sb, rb = _take(s, i, size), _take(r, i, size)
-        eb = tuple(_take(x, i, size) for x in e)
-        rows, pullback = jax.vjp(edge_fn, _rows(src, sb), _rows(dst, jnp.minimum(rb, num_nodes - 1)), eb, *hoisted)
-        ct = jnp.where(rows == best_p[rb], g_p[rb] * share_p[rb], 0.0).astype(rows.dtype)
-        return _add_block_grads(carry, pullback(ct), sb, rb, i)
+        i, sb, rb, rows = walk.block(b)
+        values, pullback = jax.vjp(edge_fn, *rows, *hoisted)
+        ct = jnp.where(values == best_p[rb], g_p[rb] * share_p[rb], 0.0).astype(values.dtype)
+        return walk.add_grads(carry, pullback(ct), sb, rb, i)
 
-    zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
-    init = (zeros(src), zeros(dst), zeros(e), zeros(hoisted))
-    d_src, d_dst, d_edge, d_hoisted = jax.lax.fori_loop(0, s.shape[0] // size, body, init)
-    return d_src, d_dst, tuple(x[:n_edges] for x in d_edge), d_hoisted, None, None
+    d_src, d_dst, d_edge, d_hoisted = walk.loop(body, walk.zero_grads(hoisted))
+    return d_src, d_dst, walk.trim(d_edge), d_hoisted, None, None
 
 
 _gather_reduce_extremum.defvjp(_ext_fwd, _ext_bwd)
@@ -259,21 +262,18 @@ def _value_rows(values, value_index, sb, i, size):
 
 
 def _att_forward(score_fn, num_nodes, size, value_index, src, dst, edge, hoisted, values, senders, receivers):
-    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(_blocks(x, size, 0) for x in edge)
+    walk = _Walk(size, num_nodes, src, dst, edge, senders, receivers)
     vals = values if value_index == "src" else _blocks(values, size, 0)
     heads, width = values.shape[1], values.shape[2]
 
     def body(b, carry):
         m, l, acc = carry
-        i = b * size
-        sb, rb = _take(s, i, size), _take(r, i, size)
-        scores = score_fn(_rows(src, sb), _rows(dst, jnp.minimum(rb, num_nodes - 1)),
-                          tuple(_take(x, i, size) for x in e), *hoisted).astype(jnp.float32)
+        i, sb, rb, rows = walk.block(b)
+        scores = score_fn(*rows, *hoisted).astype(jnp.float32)
         m_new = jnp.maximum(m, jax.ops.segment_max(scores, rb, num_nodes))
         shift = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
         scale = jnp.exp(jnp.where(jnp.isfinite(m), m - shift, -jnp.inf))
-        p = jnp.exp(scores - jnp.concatenate([shift, jnp.zeros((1, heads))])[rb])
+        p = jnp.exp(scores - _pad_row(shift, 0.0)[rb])
         v = _value_rows(vals, value_index, sb, i, size).astype(jnp.float32)
         l = l * scale + jax.ops.segment_sum(p, rb, num_nodes)
         acc = acc * scale[..., None] + jax.ops.segment_sum(p[..., None] * v, rb, num_nodes)
@@ -281,7 +281,7 @@ def _att_forward(score_fn, num_nodes, size, value_index, src, dst, edge, hoisted
 
     init = (jnp.full((num_nodes, heads), -jnp.inf, jnp.float32), jnp.zeros((num_nodes, heads), jnp.float32),
             jnp.zeros((num_nodes, heads, width), jnp.float32))
-    m, l, acc = jax.lax.fori_loop(0, s.shape[0] // size, body, init)
+    m, l, acc = walk.loop(body, init)
     out = jnp.where(l[..., None] > 0, acc / jnp.where(l > 0, l, 1.0)[..., None], 0.0)
     lse = jnp.where(l > 0, jnp.where(jnp.isfinite(m), m, 0.0) + jnp.log(jnp.where(l > 0, l, 1.0)), jnp.inf)
     return out.astype(values.dtype), lse
@@ -296,39 +296,31 @@ def _att_fwd(score_fn, num_nodes, size, value_index, src, dst, edge, hoisted, va
 
 def _att_bwd(score_fn, num_nodes, size, value_index, res, g):
     src, dst, edge, hoisted, values, senders, receivers, out, lse = res
-    n_edges = senders.shape[0]
-    s, r = _blocks(senders, size, 0), _blocks(receivers, size, num_nodes)
-    e = tuple(_blocks(x, size, 0) for x in edge)
+    walk = _Walk(size, num_nodes, src, dst, edge, senders, receivers)
     vals = values if value_index == "src" else _blocks(values, size, 0)
     g = g.astype(jnp.float32)
     delta = jnp.sum(g * out.astype(jnp.float32), -1)  # [N, H]: Σ_d dout·out, FlashAttention's D
-    pad_row = lambda x, fill: jnp.concatenate([x, jnp.full((1,) + x.shape[1:], fill, x.dtype)])
-    g_p, lse_p, delta_p = pad_row(g, 0.0), pad_row(lse, jnp.inf), pad_row(delta, 0.0)
+    g_p, lse_p, delta_p = _pad_row(g, 0.0), _pad_row(lse, jnp.inf), _pad_row(delta, 0.0)
 
     def body(b, carry):
-        d_src, d_dst, d_edge, d_hoisted, d_vals = carry
-        i = b * size
-        sb, rb = _take(s, i, size), _take(r, i, size)
-        eb = tuple(_take(x, i, size) for x in e)
-        scores, pullback = jax.vjp(score_fn, _rows(src, sb), _rows(dst, jnp.minimum(rb, num_nodes - 1)), eb,
-                                   *hoisted)
+        grads, d_vals = carry
+        i, sb, rb, rows = walk.block(b)
+        scores, pullback = jax.vjp(score_fn, *rows, *hoisted)
         p = jnp.exp(scores.astype(jnp.float32) - lse_p[rb])  # α, recomputed
         v = _value_rows(vals, value_index, sb, i, size).astype(jnp.float32)
         dv = p[..., None] * g_p[rb]
         ds = p * (jnp.sum(g_p[rb] * v, -1) - delta_p[rb])
-        d_src, d_dst, d_edge, d_hoisted = _add_block_grads((d_src, d_dst, d_edge, d_hoisted),
-                                                            pullback(ds.astype(scores.dtype)), sb, rb, i)
+        grads = walk.add_grads(grads, pullback(ds.astype(scores.dtype)), sb, rb, i)
         if value_index == "src":
             d_vals = d_vals + jax.ops.segment_sum(dv, sb, d_vals.shape[0])
         else:
             d_vals = jax.lax.dynamic_update_slice_in_dim(d_vals, dv, i, 0)
-        return d_src, d_dst, d_edge, d_hoisted, d_vals
+        return grads, d_vals
 
-    zeros = lambda group: tuple(jnp.zeros_like(x) for x in group)
-    init = (zeros(src), zeros(dst), zeros(e), zeros(hoisted), jnp.zeros(vals.shape, jnp.float32))
-    d_src, d_dst, d_edge, d_hoisted, d_vals = jax.lax.fori_loop(0, s.shape[0] // size, body, init)
-    d_vals = (d_vals if value_index == "src" else d_vals[:n_edges]).astype(values.dtype)
-    return d_src, d_dst, tuple(x[:n_edges] for x in d_edge), d_hoisted, d_vals, None, None
+    (d_src, d_dst, d_edge, d_hoisted), d_vals = walk.loop(
+        body, (walk.zero_grads(hoisted), jnp.zeros(vals.shape, jnp.float32)))
+    d_vals = (d_vals if value_index == "src" else d_vals[:walk.n_edges]).astype(values.dtype)
+    return d_src, d_dst, walk.trim(d_edge), d_hoisted, d_vals, None, None
 
 
 _attention.defvjp(_att_fwd, _att_bwd)

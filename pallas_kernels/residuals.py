@@ -79,12 +79,13 @@ def is_dropped(kept) -> bool:
     return isinstance(kept, dict)
 
 
-def dropped_shape(kept) -> tuple[tuple[int, ...], jnp.dtype]:
-    """(shape, dtype) of the operand a `keep` marker stands for."""
+def zeros_for(kept, rows: int | None = None) -> jax.Array:
+    """Zeros standing in for the operand a `keep` marker replaced (``rows`` rows, default all of them)."""
     m = kept["dropped"]
-    return m.shape[1:], m.dtype
+    shape = m.shape[1:]
+    return jnp.zeros(shape if rows is None else (rows,) + shape[1:], m.dtype)
 
 
 def restore(kept: tuple) -> tuple:
     """Full-size operands for the backward: the kept ones, and zeros for the dropped ones."""
-    return tuple(jnp.zeros(*dropped_shape(x)) if is_dropped(x) else x for x in kept)
+    return tuple(zeros_for(x) if is_dropped(x) else x for x in kept)

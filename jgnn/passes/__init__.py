@@ -40,7 +40,7 @@ def optimize(plan, analysis, *, flat, backend, remat, layout):
         _rewrite(plan, ctx, layout)
     plan.remat_names = remat_lib.value_names(plan.program, ctx.analysis)
     plan.remat_policy = remat_lib.resolve(remat)[1]
-    no_layout = any(not r.applied and r.kind == typed_matmul.COMPACT and "GraphLayout" in r.detail
+    no_layout = any(not r.applied and r.kind == typed_matmul.COMPACT and typed_matmul.NEEDS_LAYOUT in r.detail
                     for r in plan.report.rewrites)
     plan.report.remat.append(remat_lib.record(remat, plan.remat_names, layout_would_compact=no_layout))
     return plan

@@ -30,6 +30,8 @@ from pallas_kernels.compat import bind_primitive
 
 KIND = "typed_matmul"
 COMPACT = "compact_materialize"
+# The reason compaction was skipped for want of a layout (the recomputation report points users to it).
+NEEDS_LAYOUT = "pass a GraphLayout of the typed graph to compute it once per unique (source, edge type) pair"
 
 
 def typed_table(atom: ir.Atom, ctx: Context, made_by):
@@ -109,8 +111,7 @@ def _compact_pairs(x: ir.Atom, idx: ir.Value, ctx: Context, made_by):
     pairs = jax.tree_util.tree_unflatten(ctx.layout_tree, ctx.layout_values).pairs if ctx.layout_values else None
     e = x.shape[0]
     if pairs is None or pairs.edge_pair.shape[0] != e:
-        ctx.skipped(COMPACT, f"x[src] @ W[edge_type] over {e} edges: pass a GraphLayout of the typed graph to "
-                             "compute it once per unique (source, edge type) pair")
+        ctx.skipped(COMPACT, f"x[src] @ W[edge_type] over {e} edges: {NEEDS_LAYOUT}")
         return None
     u = pairs.pair_src.shape[0]
     if u >= e:
