@@ -5,14 +5,17 @@ every value lives on the graph, rewrites the program (broadcast reordering, line
 Pallas kernels, recomputation under ``grad``) and tells you why with `explain`.
 """
 
-from jgnn.compiler import BACKENDS, Compiled, compile, explain
+from jgnn import datasets, nn, ops
+from jgnn.compiler import BACKENDS, Compiled, PlanCache, compile, explain
 from jgnn.graph import validate
+from jgnn.layout import GraphLayout, LayoutMismatchError
 from jgnn.mailbox import UnsupportedMailboxOp, max, mean, min, softmax, sum
 from jgnn.message_passing import MessagePassing, message_passing
-from jgnn.report import Report
+from jgnn.report import Pass, Reason, Report
 
 __all__ = [
-    "BACKENDS", "Compiled", "MessagePassing", "Report", "UnsupportedMailboxOp", "compile", "explain",
-    "max", "mean", "message_passing", "min", "softmax", "sum", "validate",
+    "BACKENDS", "Compiled", "GraphLayout", "LayoutMismatchError", "MessagePassing", "Pass", "PlanCache", "Reason",
+    "Report", "UnsupportedMailboxOp", "compile", "datasets", "explain", "max", "mean", "message_passing", "min",
+    "nn", "ops", "softmax", "sum", "validate",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

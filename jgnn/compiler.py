@@ -1,37 +1,47 @@
 """`compile` and `explain`: trace any function of GraphsTuples, analyse it, rewrite it and run it.
 
-The pipeline, once per abstract signature (shapes, dtypes, pytree structure and static arguments):
+Every call traces the function to a jaxpr (cheap) and looks its *structure* up in a bounded LRU cache of plans
+(`PlanCache`): primitives, params, shapes and literals, not the values of captured constants. A plan is built
+once per structure:
 
-1. flatten the arguments, tagging each leaf of a GraphsTuple with its role (`residency.InputTag`);
-2. trace the function to a jaxpr and translate it to a `ir.Program` (call primitives inlined);
-3. infer residency (`residency.analyze`);
-4. unless ``backend="reference"``, run the optimizer passes (`jgnn.passes`) and the recomputation policy;
-5. evaluate the program with jgnn's evaluator (`ir.evaluate`) on the flat arguments.
+1. flatten the arguments, tagging each leaf of a GraphsTuple with its role (`jgnn.analysis.InputTag`);
+2. translate the jaxpr to a `jgnn.ir.Program` (captured constants, such as the weights ``phi`` closes over,
+   become inputs, so a new Flax ``apply`` with new parameters reuses the plan);
+3. infer residency (`jgnn.analysis`), once;
+4. unless ``backend="reference"``, run the optimizer passes (`jgnn.passes`) and choose what to recompute under
+   ``grad`` (`jgnn.remat`);
+5. compile the program's evaluation with ``jax.jit``.
 
-Step 5 runs on every call and is traceable, so a compiled function works under ``jax.jit``, ``jax.grad``,
-``jax.vmap`` and ``jax.value_and_grad`` like the original.
+A call runs the plan's jitted evaluation on the flat arguments and the trace's constants, so a compiled
+function works under ``jit``, ``grad``, ``jvp``, ``vmap``, ``shard_map`` and ``checkpoint`` like the original.
 """
 
 from __future__ import annotations
 
+import collections
+import copy
 import dataclasses
 import functools
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import jraph
 import numpy as np
 
-from jgnn import ir, residency
+from jgnn import analysis as analysis_lib
+from jgnn import facts, ir
+from jgnn import layout as layout_lib
 from jgnn import remat as remat_lib
-from jgnn.report import EquationRecord, FallbackRecord, KernelRecord, Report
+from jgnn.report import CacheStats, EquationRecord, Report
 
 BACKENDS = ("auto", "pallas", "pallas_interpret", "xla", "reference")
 _GRAPH_ROLES = {"nodes": "nodes", "edges": "edges", "senders": "senders", "receivers": "receivers",
                 "n_node": "n_node", "n_edge": "n_edge", "globals": "globals"}
 _TYPE_ROLES = {"nodes": "node_type", "edges": "edge_type"}
+_LAYOUT_ROLES = {("pairs", "pair_src"): "pair_src", ("pairs", "pair_type"): "pair_type",
+                 ("pairs", "edge_pair"): "edge_pair"}
 
 
 def resolve_backend(backend: str) -> str:
@@ -46,7 +56,7 @@ def resolve_backend(backend: str) -> str:
 # ---- flattening with roles -------------------------------------------------------------------------------
 
 def _is_array(x) -> bool:
-    return isinstance(x, jax.Array | np.ndarray | np.generic) or hasattr(x, "__jax_array__")
+    return isinstance(x, jax.Array | np.ndarray | np.generic | jax.core.Tracer) or hasattr(x, "__jax_array__")
 
 
 def _graph_role(path) -> str:
@@ -61,29 +71,30 @@ class Flat:
     """Arguments split into traced array leaves (with roles) and static leaves (part of the cache key)."""
 
     arrays: list[Any]
-    tags: list[residency.InputTag]
+    tags: list[analysis_lib.InputTag]
     static: tuple
     rebuild: Callable[[list[Any]], Any]
+    graphs: list[jraph.GraphsTuple]
 
 
 def flatten_arguments(tree) -> Flat:
     top, top_def = jax.tree_util.tree_flatten(tree, is_leaf=lambda x: isinstance(x, jraph.GraphsTuple))
-    arrays, tags, static, pieces = [], [], [], []
-    graphs = 0
+    arrays, tags, static, pieces, graphs = [], [], [], [], []
     for item in top:
         if isinstance(item, jraph.GraphsTuple):
             with_path, sub_def = jax.tree_util.tree_flatten_with_path(item)
             leaves = [leaf for _, leaf in with_path]
             roles = [_graph_role(p) for p, _ in with_path]
-            gi, graphs = graphs, graphs + 1
+            gi = len(graphs)
+            graphs.append(item)
         else:
             leaves, sub_def = jax.tree_util.tree_flatten(item)
-            roles, gi = ["shared"] * len(leaves), -1
+            roles, gi = ["shared"] * len(leaves), 0
         kinds = []
         for leaf, role in zip(leaves, roles, strict=True):
-            if _is_array(leaf) or isinstance(leaf, jax.core.Tracer):
+            if _is_array(leaf):
                 arrays.append(leaf)
-                tags.append(residency.InputTag(role, gi))
+                tags.append(analysis_lib.InputTag(role, gi))
                 kinds.append(True)
             else:
                 static.append(leaf)
@@ -98,134 +109,252 @@ def flatten_arguments(tree) -> Flat:
 
     key_static = tuple((type(s).__name__, s if isinstance(s, int | float | bool | str | None) else id(s))
                        for s in static)
-    return Flat(arrays, tags, (top_def, tuple(p[0] for p in pieces), key_static), rebuild)
+    return Flat(arrays, tags, (top_def, tuple(p[0] for p in pieces), key_static), rebuild, graphs)
 
 
-def graph_sizes(flat: Flat) -> dict[str, int]:
-    """Static N and E of the first graph among the arguments (used by cost models and reports)."""
-    sizes: dict[str, int] = {}
-    for x, t in zip(flat.arrays, flat.tags, strict=True):
-        if t.graph == 0 and t.role in ("nodes", "node_type") and np.ndim(x):
-            sizes.setdefault("N", int(np.shape(x)[0]))
-        if t.graph == 0 and t.role in ("senders",):
-            sizes.setdefault("E", int(np.shape(x)[0]))
+def graph_sizes(flat: Flat) -> dict[int, dict[str, int]]:
+    """Static node and edge counts of every graph argument."""
+    from jgnn import graph as graph_lib
+
+    sizes = {}
+    for gi, g in enumerate(flat.graphs):
+        entry = {"E": int(np.shape(g.senders)[0])} if g.senders is not None else {}
+        try:
+            entry["N"] = graph_lib.num_nodes(g)
+        except ValueError:
+            pass
+        sizes[gi] = entry
     return sizes
+
+
+def _abstract(x):
+    return jax.ShapeDtypeStruct(np.shape(x), x.dtype) if hasattr(x, "dtype") else jax.ShapeDtypeStruct(
+        np.shape(x), np.result_type(x))
+
+
+# ---- layouts ---------------------------------------------------------------------------------------------
+
+def normalize_layouts(layout, flat: Flat) -> dict[int, layout_lib.GraphLayout]:
+    """``layout=`` as {graph argument index: GraphLayout}; a bare layout belongs to the first graph argument."""
+    if layout is None:
+        return {}
+    table = layout if isinstance(layout, Mapping) else {0: layout}
+    out = {}
+    for gi, lay in table.items():
+        if not isinstance(lay, layout_lib.GraphLayout):
+            raise TypeError(f"layout must be a jgnn.layout.GraphLayout (or a dict of them), got {type(lay).__name__}")
+        if not 0 <= gi < len(flat.graphs):
+            raise ValueError(f"layout given for graph argument {gi}, but the call has {len(flat.graphs)} graph(s)")
+        lay.check(flat.graphs[gi])
+        out[gi] = lay
+    return out
+
+
+def _layout_inputs(layouts: dict[int, layout_lib.GraphLayout]):
+    """(flat leaves, tags, (graph, edges name, tree, pair roles)) of every layout, in graph order."""
+    leaves, tags, described = [], [], []
+    for gi in sorted(layouts):
+        lay = layouts[gi]
+        with_path, tree = jax.tree_util.tree_flatten_with_path(lay)
+        edges = lay.edges_name(gi)
+        for path, leaf in with_path:
+            names = tuple(getattr(p, "name", getattr(p, "key", None)) for p in path)
+            role = _LAYOUT_ROLES.get(tuple(n for n in names if isinstance(n, str))[-2:], "layout")
+            leaves.append(leaf)
+            tags.append(analysis_lib.InputTag(role, gi, edges))
+        described.append((gi, edges, tree, len(with_path)))
+    return leaves, tags, described
 
 
 # ---- plans -----------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class Plan:
-    """A compiled program for one abstract signature, and the report that explains it."""
+    """A compiled program for one program structure, and the report that explains it."""
 
     program: ir.Program
     out_tree: Any
     report: Report
-    layout_inputs: int = 0
-    remat_names: dict = dataclasses.field(default_factory=dict)
-    remat_policy: Any = None
-
-    @property
-    def closes_over_tracers(self) -> bool:
-        consts = [a.value for op in self.program.ops for a in op.inputs if isinstance(a, ir.Const)]
-        return any(isinstance(c, jax.core.Tracer) for c in consts)
+    run: Callable
 
 
-def _abstract(x):
-    return jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x))
+class PlanCache:
+    """A bounded LRU of plans, shared by every compiled function (a Flax module makes a new layer per call)."""
+
+    def __init__(self, capacity: int = 256):
+        self.capacity = capacity
+        self._plans: collections.OrderedDict[Any, Plan] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key) -> Plan | None:
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+            return plan
+
+    def put(self, key, plan: Plan) -> None:
+        with self._lock:
+            self._plans[key] = plan
+            self._plans.move_to_end(key)
+            while len(self._plans) > self.capacity:
+                self._plans.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._plans.clear()
 
 
-def build_plan(fn: Callable, flat: Flat, *, backend: str, remat: Any, layout=None) -> Plan:
+PLANS = PlanCache()
+
+
+def _trace(fn: Callable, flat: Flat):
     def flat_fn(*arrays):
         args, kwargs = flat.rebuild(list(arrays))
         return fn(*args, **kwargs)
 
-    closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*map(_abstract, flat.arrays))
-    out_tree = jax.tree_util.tree_structure(out_shape)
-    program = ir.from_closed_jaxpr(closed)
-    sizes = graph_sizes(flat)
-    analysis = residency.analyze(program, flat.tags, sizes)
-    report = Report(backend=backend, sizes=sizes)
-    report.equations = [EquationRecord(r.primitive, r.movement, r.out_residency, r.shape, r.index)
-                        for op in program.ops if (r := analysis.records.get(id(op))) is not None]
-    report.fallbacks = [FallbackRecord(f.reason, f.primitive) for f in analysis.fallbacks]
-    report.kernels = [KernelRecord(kind, backend, "made when a jgnn layer inside this function was compiled")
-                      for op in program.ops if ir.is_fused_call(op.params)
-                      for kind, backend, _ in [ir.fused_call(op.params)]]
-    if report.fallbacks:
-        report.notes.append("values computed from a fallback region run as in the reference program")
-    plan = Plan(program, out_tree, report)
-    if backend != "reference":
-        from jgnn import passes  # the optimizer builds on this module
+    return jax.make_jaxpr(flat_fn, return_shape=True)(*map(_abstract, flat.arrays))
 
-        plan = passes.optimize(plan, analysis, flat=flat, backend=backend, remat=remat, layout=layout)
-    return plan
+
+def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layouts) -> Plan:
+    from jgnn import passes  # the optimizer builds on this module's inputs
+
+    traced = ir.from_closed_jaxpr(closed)
+    program = traced.program
+    layout_leaves, layout_tags, described = _layout_inputs(layouts)
+    layout_values = [ir.Value(tuple(np.shape(x)), x.dtype) for x in layout_leaves]
+    program = ir.Program(program.inputs + layout_values, program.outputs, program.ops)
+    tags = list(flat.tags) + [analysis_lib.InputTag("shared")] * len(traced.consts) + layout_tags
+    ctx = facts.Ctx(graph_sizes(flat))
+    analysis = analysis_lib.analyze(program, tags, ctx)
+    sizes0 = ctx.sizes.get(0, {})
+    report = Report(backend=backend, sizes=dict(sizes0))
+    report.equations = [EquationRecord(op.name, analysis.movement[id(op)].value,
+                                       analysis_lib.reported_residency(analysis.info[op.outputs[0].id],
+                                                                       op.outputs[0], ctx),
+                                       op.outputs[0].shape,
+                                       (analysis.info[op.outputs[0].id].index or None) and
+                                       analysis.info[op.outputs[0].id].index.value)
+                        for op in program.ops if id(op) in analysis.movement and op.outputs]
+    for f in analysis.fallbacks:
+        report.fallback(f.code, f.op.name, **dict(f.params))
+    policy = None
+    names: dict[int, str] = {}
+    if backend != "reference":
+        from jgnn.passes.context import Context, LayoutInputs
+
+        lays, k = [], 0
+        for gi, edges, tree, count in described:
+            vals = tuple(layout_values[k:k + count])
+            k += count
+            lay = jax.tree_util.tree_unflatten(tree, vals)
+            lays.append(LayoutInputs(gi, edges, vals, tree, lay.pairs))
+        pctx = Context(analysis, report, backend, tags, tuple(lays))
+        program = passes.optimize(program, pctx)
+        names = remat_lib.value_names(program, analysis)
+        policy = remat_lib.resolve(remat)[1]
+        report.remat.append(remat_lib.record(remat, names, report))
+    run = jax.jit(functools.partial(_evaluate, program, names, policy))
+    return Plan(program, jax.tree_util.tree_structure(out_shape), report, run)
+
+
+def _evaluate(program: ir.Program, names: dict, policy, *flat):
+    return remat_lib.evaluate(program, list(flat), names, policy)
 
 
 class Compiled:
     """A function of GraphsTuples compiled by jgnn; call it like the original.
 
-    Extra keyword ``layout=`` (a `jgnn.GraphLayout` of the first graph argument) lets fused ops skip sorting
-    the edges inside the program.
+    Extra keyword ``layout=``: a `jgnn.layout.GraphLayout` of the first graph argument (or a dict
+    ``{graph argument index: layout}``), so fused ops skip sorting the edges inside the program.
     """
 
-    def __init__(self, fn: Callable, *, backend: str = "auto", remat: Any = "auto"):
+    def __init__(self, fn: Callable, *, backend: str = "auto", remat: Any = "auto", cache: PlanCache = PLANS):
         self.__wrapped__ = fn
         self.backend = resolve_backend(backend)
         remat_lib.resolve(remat)  # reject a bad option now, not at the first call
         self.remat = remat
-        self._plans: dict[Any, Plan] = {}
+        self.cache = cache
+        self.stats = CacheStats(capacity=cache.capacity)
         functools.update_wrapper(self, fn)
 
-    def _key(self, flat: Flat, layout) -> Any:
-        avals = tuple((np.shape(x), jnp.result_type(x).name) for x in flat.arrays)
-        # A layout's shapes are part of the signature (the number of typed pairs varies by graph).
-        layout_key = None if layout is None else (jax.tree_util.tree_structure(layout), tuple(
-            np.shape(x) for x in jax.tree_util.tree_leaves(layout)))
-        return flat.static, avals, layout_key
+    def _key(self, closed, flat: Flat, layouts) -> Any:
+        layout_key = tuple((gi, jax.tree_util.tree_structure(lay), tuple(np.shape(x) for x in jax.tree_util.tree_leaves(
+            lay))) for gi, lay in sorted(layouts.items()))
+        remat_key = self.remat if isinstance(self.remat, str) else id(self.remat)
+        return (ir.structure_key(closed), tuple(flat.tags), flat.static, self.backend, remat_key, layout_key,
+                tuple(sorted((g, tuple(sorted(s.items()))) for g, s in graph_sizes(flat).items())))
 
-    def _plan_for(self, flat: Flat, layout) -> Plan:
-        key = self._key(flat, layout)
-        plan = self._plans.get(key)
+    def _plan(self, flat: Flat, layouts) -> tuple[Plan, list]:
+        closed, out_shape = _trace(self.__wrapped__, flat)
+        key = self._key(closed, flat, layouts)
+        plan = self.cache.get(key)
         if plan is None:
-            plan = build_plan(self.__wrapped__, flat, backend=self.backend, remat=self.remat, layout=layout)
-            # A plan whose constants are tracers of an enclosing transformation must not outlive it.
-            if not plan.closes_over_tracers:
-                self._plans[key] = plan
-        return plan
+            self.stats.misses += 1
+            plan = build_plan(closed, out_shape, flat, backend=self.backend, remat=self.remat, layouts=layouts)
+            self.cache.put(key, plan)
+        else:
+            self.stats.hits += 1
+        self.stats.size = len(self.cache)
+        return plan, ir.captured_consts(closed)
 
     def plan(self, *args, layout=None, **kwargs) -> Plan:
-        return self._plan_for(flatten_arguments((args, kwargs)), layout)
+        flat = flatten_arguments((args, kwargs))
+        return self._plan(flat, normalize_layouts(layout, flat))[0]
 
     def __call__(self, *args, layout=None, **kwargs):
         if self.backend == "reference":
             return self.__wrapped__(*args, **kwargs)
         flat = flatten_arguments((args, kwargs))
-        plan = self._plan_for(flat, layout)
-        extra = jax.tree_util.tree_leaves(layout) if plan.layout_inputs else []
-        outs = remat_lib.evaluate(plan.program, list(flat.arrays) + list(extra), plan.remat_names,
-                                  plan.remat_policy)
+        layouts = normalize_layouts(layout, flat)
+        plan, consts = self._plan(flat, layouts)
+        layout_leaves = _layout_inputs(layouts)[0]
+        outs = plan.run(*flat.arrays, *consts, *layout_leaves)
         return jax.tree_util.tree_unflatten(plan.out_tree, outs)
 
     def explain(self, *args, layout=None, **kwargs) -> Report:
+        flat = flatten_arguments((args, kwargs))
+        layouts = normalize_layouts(layout, flat)
         if self.backend == "reference":
-            flat = flatten_arguments((args, kwargs))
-            return build_plan(self.__wrapped__, flat, backend="reference", remat=self.remat).report
-        return self.plan(*args, layout=layout, **kwargs).report
+            closed, out_shape = _trace(self.__wrapped__, flat)
+            return build_plan(closed, out_shape, flat, backend="reference", remat=self.remat, layouts={}).report
+        plan, _ = self._plan(flat, layouts)
+        report = copy.copy(plan.report)
+        report.cache = dataclasses.replace(self.stats)
+        return report
 
 
 def compile(fn: Callable, *, backend: str = "auto", remat: Any = "auto") -> Compiled:  # noqa: A001
     """Compile any function that takes GraphsTuples (and other pytrees); the result keeps its signature.
 
-    ``backend`` is one of ``"auto"``, ``"pallas"``, ``"pallas_interpret"``, ``"xla"`` or ``"reference"``.
-    ``remat`` is ``"auto"``, ``"none"``, ``"edges"`` or a ``jax.checkpoint`` policy (see `jgnn.remat`).
+    Args:
+      fn: a function of pytrees; its `jraph.GraphsTuple` arguments are recognised as graphs.
+      backend: ``"auto"`` (Pallas on a GPU, else XLA), ``"pallas"``, ``"pallas_interpret"`` (the Pallas kernels
+        in the interpreter, on CPU), ``"xla"`` or ``"reference"`` (the function itself, uncompiled).
+      remat: ``"auto"``, ``"edges"``, ``"none"`` or a ``jax.checkpoint`` policy (see `jgnn.remat`).
+
+    Returns:
+      A `Compiled` callable with ``fn``'s signature, plus a ``layout=`` keyword.
     """
     return Compiled(fn, backend=backend, remat=remat)
 
 
 def explain(fn: Callable, *args, **kwargs) -> Report:
-    """Analyse ``fn`` on ``args`` and report residency, rewrites, kernels and fallbacks (nothing is run)."""
+    """Analyse ``fn`` on ``args`` and report residency, rewrites, kernels and fallbacks (nothing is run).
+
+    ``fn`` may be a compiled function, a `jgnn.message_passing` layer, a Flax module (explained as
+    ``module.apply(variables, *rest)``) or any function of GraphsTuples.
+    """
     target = getattr(fn, "compiled", None) or fn
+    try:
+        import flax.linen as nn
+    except ImportError:  # pragma: no cover
+        nn = None
+    if nn is not None and isinstance(target, nn.Module):
+        target = target.apply
     if not isinstance(target, Compiled):
         target = compile(target)
     return target.explain(*args, **kwargs)

@@ -1,16 +1,19 @@
-"""jgnn's program representation: a flat SSA list of ops built from a jaxpr.
+"""jgnn's program representation: a flat SSA list of primitive applications built from a jaxpr.
 
 A `Program` is what the analysis reads, the passes rewrite and the evaluator runs. It mirrors a jaxpr, with
-two differences that make rewriting easy:
+three differences that make rewriting easy:
 
 * values are plain Python objects (`Value`), so passes can create new ones without touching JAX internals;
-* an op may carry its own ``impl`` (a fused op, or a rewritten op whose params changed), otherwise it runs by
-  binding its primitive exactly as ``jax.core.eval_jaxpr`` does.
+* every op binds a primitive with params (jgnn's fused ops are primitives too, `jgnn.ops.edge_op`), so a
+  program is data that an outer compilation can read again;
+* constants closed over by the traced function (weights captured by ``phi``, arrays of a Flax module) are
+  program *inputs*, not baked-in values: one plan serves every call whose program has the same structure.
+  Only literals (scalars written in the jaxpr) stay `Const`.
 
-Call-like primitives (``pjit``/``jit``, ``closed_call``, ``core_call``, ``checkpoint``) are inlined, so a
-``jax.jit``-decorated helper does not hide its body from the analysis. ``custom_jvp_call`` and
-``custom_vjp_call`` stay single ops, so their custom derivative rules still run (``jax.nn.relu`` keeps
-its zero gradient at 0); their bodies are translated too (``Op.body``) for the analysis to look into.
+Call-like primitives (``jit``, ``closed_call``, ``checkpoint``) are inlined, so a ``jax.jit``-decorated helper
+does not hide its body. ``custom_jvp_call`` and ``custom_vjp_call`` stay single ops, so their derivative rules
+still run (``jax.nn.relu`` keeps its zero gradient at 0); their bodies are translated too (``Op.body``) for
+the analysis to look into.
 """
 
 from __future__ import annotations
@@ -24,16 +27,14 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
-from pallas_kernels.compat import CALL_PRIMITIVES_CUSTOM, CALL_PRIMITIVES_INLINED, bind_primitive
-
-INLINED_CALLS, CUSTOM_CALLS = CALL_PRIMITIVES_INLINED, CALL_PRIMITIVES_CUSTOM
+from jgnn import compat
 
 _ids = itertools.count()
 
 
 @dataclasses.dataclass(eq=False)
 class Value:
-    """An SSA value: its abstract shape and dtype, and a unique id for printing."""
+    """An SSA value: its abstract shape and dtype, and a unique id."""
 
     shape: tuple[int, ...]
     dtype: Any
@@ -43,13 +44,17 @@ class Value:
     def ndim(self) -> int:
         return len(self.shape)
 
+    @property
+    def aval(self) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(self.shape, self.dtype)
+
     def __repr__(self) -> str:
         return f"v{self.id}:{np.dtype(self.dtype).name}{list(self.shape)}"
 
 
 @dataclasses.dataclass(eq=False)
 class Const:
-    """A literal or a constant closed over by the traced function."""
+    """A literal written in the jaxpr (a Python scalar or a scalar array)."""
 
     value: Any
 
@@ -65,8 +70,12 @@ class Const:
     def ndim(self) -> int:
         return len(self.shape)
 
+    @property
+    def aval(self) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(self.shape, self.dtype)
+
     def __repr__(self) -> str:
-        return f"const{list(self.shape)}" if self.shape else f"{self.value}"
+        return f"{self.value}"
 
 
 Atom = Value | Const
@@ -74,21 +83,21 @@ Atom = Value | Const
 
 @dataclasses.dataclass(eq=False)
 class Op:
-    """One equation. ``name`` is the primitive's name (or the fused op's) for reports and rule tables."""
+    """One equation: a primitive bound to ``inputs`` with ``params``."""
 
-    name: str
+    prim: Any
     inputs: tuple[Atom, ...]
     outputs: tuple[Value, ...]
     params: dict = dataclasses.field(default_factory=dict)
-    prim: Any = None
-    impl: Callable[..., Sequence[Any]] | None = None
-    body: Program | None = None
-    origin: str = ""  # which pass made it; empty for ops straight from the traced program
+    body: Program | None = None  # the callee of a custom_jvp/vjp call, for the analysis
+    effects: frozenset = frozenset()  # the equation's JAX effects (callbacks, ordered io): never dropped or merged
 
-    def run(self, *args):
-        if self.impl is not None:
-            return list(self.impl(*args))
-        out = bind_primitive(self.prim, self.params, args)
+    @property
+    def name(self) -> str:
+        return self.prim.name
+
+    def run(self, *args) -> list:
+        out = compat.bind(self.prim, self.params, args)
         return list(out) if self.prim.multiple_results else [out]
 
     def __repr__(self) -> str:
@@ -107,16 +116,43 @@ class Program:
         return "\n".join(lines)
 
 
-def from_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Program:
+@dataclasses.dataclass
+class Traced:
+    """A translated jaxpr: the program (arguments, then captured constants, as inputs) and those constants."""
+
+    program: Program
+    consts: list[Any]
+
+
+def _is_literal(x) -> bool:
+    """A numeric scalar known at trace time (random keys and tracers are values, not literals)."""
+    if isinstance(x, jax.core.Tracer) or np.ndim(x) != 0:
+        return False
+    dtype = getattr(x, "dtype", None)
+    return dtype is None or jax.numpy.issubdtype(dtype, jax.numpy.number) or dtype == np.bool_
+
+
+def from_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Traced:
     """Translate a ClosedJaxpr, inlining call primitives (see module docstring)."""
     env: dict = {}
-    inputs = [Value(tuple(v.aval.shape), v.aval.dtype) for v in closed.jaxpr.invars]
-    env.update(zip(closed.jaxpr.invars, inputs, strict=True))
-    for var, c in zip(closed.jaxpr.constvars, closed.consts, strict=True):
-        env[var] = Const(c)
+    consts: list[Any] = []
+    const_inputs: list[Value] = []
+
+    def capture(value) -> Atom:
+        if _is_literal(value):
+            return Const(value)
+        v = Value(tuple(np.shape(value)), jax.numpy.result_type(value))
+        consts.append(value)
+        const_inputs.append(v)
+        return v
+
+    args = [Value(tuple(v.aval.shape), v.aval.dtype) for v in closed.jaxpr.invars]
+    env.update(zip(closed.jaxpr.invars, args, strict=True))
+    env.update((var, capture(c)) for var, c in zip(closed.jaxpr.constvars, closed.consts, strict=True))
     ops: list[Op] = []
-    _translate(closed.jaxpr, env, ops)
-    return Program(inputs, [_read(env, v) for v in closed.jaxpr.outvars], ops)
+    _translate(closed.jaxpr, env, ops, capture)
+    program = Program(args + const_inputs, [_read(env, v) for v in closed.jaxpr.outvars], ops)
+    return Traced(program, consts)
 
 
 def _read(env, var) -> Atom:
@@ -129,49 +165,42 @@ def _closed(j) -> jcore.ClosedJaxpr:
     return j if isinstance(j, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(j, ())
 
 
-def _translate(jaxpr: jcore.Jaxpr, env: dict, ops: list[Op]) -> None:
+def _translate(jaxpr: jcore.Jaxpr, env: dict, ops: list[Op], capture: Callable) -> None:
     for eqn in jaxpr.eqns:
         ins = [_read(env, v) for v in eqn.invars]
-        name = eqn.primitive.name
-        if name in INLINED_CALLS and INLINED_CALLS[name] in eqn.params and not is_fused_call(eqn.params):
-            sub = _closed(eqn.params[INLINED_CALLS[name]])
+        prim = eqn.primitive
+        if prim in compat.INLINED_CALLS and compat.INLINED_CALLS[prim] in eqn.params:
+            sub = _closed(eqn.params[compat.INLINED_CALLS[prim]])
             sub_env = dict(zip(sub.jaxpr.invars, ins, strict=True))
-            sub_env.update((v, Const(c)) for v, c in zip(sub.jaxpr.constvars, sub.consts, strict=True))
-            _translate(sub.jaxpr, sub_env, ops)
+            sub_env.update((var, capture(c)) for var, c in zip(sub.jaxpr.constvars, sub.consts, strict=True))
+            _translate(sub.jaxpr, sub_env, ops, capture)
             for outer, inner in zip(eqn.outvars, sub.jaxpr.outvars, strict=True):
                 env[outer] = _read(sub_env, inner)
             continue
         outs = [Value(tuple(v.aval.shape), v.aval.dtype) for v in eqn.outvars]
         body = None
-        if name in CUSTOM_CALLS and CUSTOM_CALLS[name] in eqn.params:
-            sub = _closed(eqn.params[CUSTOM_CALLS[name]])
-            body = from_closed_jaxpr(sub)
-        ops.append(Op(name, tuple(ins), tuple(outs), dict(eqn.params), eqn.primitive, body=body))
+        if prim in compat.CUSTOM_CALLS:
+            callee = compat.custom_body(eqn.params)
+            body = from_closed_jaxpr(_closed(callee)).program if callee is not None else None
+        ops.append(Op(prim, tuple(ins), tuple(outs), dict(eqn.params), body, frozenset(eqn.effects)))
         env.update((v, o) for v, o in zip(eqn.outvars, outs, strict=True) if not isinstance(v, jcore.DropVar))
 
 
-FUSED_PREFIX = "jgnn_fused"
+def captured_consts(closed: jcore.ClosedJaxpr) -> list[Any]:
+    """The constants `from_closed_jaxpr` makes program inputs, in the same order: what a plan built from another
+    trace of the same structure takes for this trace."""
+    out = [c for c in closed.consts if not _is_literal(c)]
 
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            key = compat.INLINED_CALLS.get(eqn.primitive)
+            if key is not None and key in eqn.params:
+                sub = _closed(eqn.params[key])
+                out.extend(c for c in sub.consts if not _is_literal(c))
+                walk(sub.jaxpr)
 
-def opaque(impl: Callable, kind: str, residency: str, backend: str) -> Callable:
-    """A fused op's implementation as a named ``jit``, so that compiling code that calls it again (a model of
-    compiled layers) keeps it as one op instead of re-analysing it. The name carries what the outer analysis
-    needs: ``jgnn_fused__<kind>__<backend>__<output residency>``."""
-    def run(*args):
-        return impl(*args)
-
-    run.__name__ = run.__qualname__ = f"{FUSED_PREFIX}__{kind}__{backend}__{residency}"
-    return jax.jit(run)
-
-
-def is_fused_call(params: dict) -> bool:
-    return str(params.get("name", "")).startswith(FUSED_PREFIX + "__")
-
-
-def fused_call(params: dict) -> tuple[str, str, str]:
-    """(kind, backend, output residency) of an inner fused op (see `opaque`)."""
-    _, kind, backend, residency = str(params["name"]).split("__")
-    return kind, backend, residency
+    walk(closed.jaxpr)
+    return out
 
 
 def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], Any] | None = None) -> list[Any]:
@@ -193,12 +222,12 @@ def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], 
     return [read(a) for a in program.outputs]
 
 
-OUTPUT = Op("program_output", (), ())  # stands for "the program returns it" among a value's readers
+OUTPUT = object()  # stands for "the program returns it" among a value's readers
 
 
-def users(program: Program) -> dict[int, list[Op]]:
+def users(program: Program) -> dict[int, list]:
     """Map value id -> ops that read it; a value the program returns also lists `OUTPUT`."""
-    table: dict[int, list[Op]] = {}
+    table: dict[int, list] = {}
     for op in program.ops:
         for a in op.inputs:
             if isinstance(a, Value):
@@ -213,11 +242,63 @@ def producers(program: Program) -> dict[int, Op]:
     return {v.id: op for op in program.ops for v in op.outputs}
 
 
-def new_op(prim, inputs: Sequence[Atom], params: dict, *, origin: str, outputs: Sequence[Value] | None = None) -> Op:
+def has_effects(op: Op) -> bool:
+    return bool(op.effects)
+
+
+def new_op(prim, inputs: Sequence[Atom], params: dict, *, outputs: Sequence[Value] | None = None) -> Op:
     """An op binding ``prim``; output shapes come from JAX's own shape rule (``jax.eval_shape``)."""
     if outputs is None:
-        specs = [a.value if isinstance(a, Const) else jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
-        out = jax.eval_shape(lambda *xs: bind_primitive(prim, params, xs), *specs)
+        specs = [a.value if isinstance(a, Const) else a.aval for a in inputs]
+        out = jax.eval_shape(lambda *xs: compat.bind(prim, params, xs), *specs)
         outs = out if prim.multiple_results else [out]
         outputs = [Value(tuple(o.shape), o.dtype) for o in outs]
-    return Op(prim.name, tuple(inputs), tuple(outputs), dict(params), prim, origin=origin)
+    return Op(prim, tuple(inputs), tuple(outputs), dict(params))
+
+
+def structure_key(closed: jcore.ClosedJaxpr) -> Any:
+    """A hashable description of a jaxpr's structure: primitives, params, shapes, dtypes and literals, not the
+    values of its captured constants (only their shapes and dtypes). Two traces with equal keys run the same
+    program on different constants, so they share one plan."""
+    return (_jaxpr_key(closed.jaxpr),
+            tuple((np.shape(c), str(jax.numpy.result_type(c))) if not _is_literal(c) else ("lit", _literal_key(c))
+                  for c in closed.consts))
+
+
+def _literal_key(x) -> Any:
+    arr = np.asarray(x)
+    return (str(arr.dtype), arr.item() if arr.dtype != object else id(x))
+
+
+def _var_key(v, names: dict) -> Any:
+    if isinstance(v, jcore.Literal):
+        return ("lit", _literal_key(v.val))
+    return names.setdefault(v, len(names))
+
+
+def _param_key(value: Any) -> Any:
+    if isinstance(value, jcore.ClosedJaxpr):
+        return ("closed", _jaxpr_key(value.jaxpr),
+                tuple((np.shape(c), str(jax.numpy.result_type(c))) for c in value.consts))
+    if isinstance(value, jcore.Jaxpr):
+        return ("jaxpr", _jaxpr_key(value))
+    if isinstance(value, tuple | list):
+        return tuple(_param_key(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _param_key(v)) for k, v in value.items()))
+    try:
+        hash(value)  # params compare by value where JAX defines it (WrappedFun, dimension numbers, dtypes)
+        return value
+    except TypeError:
+        return ("id", id(value))
+
+
+def _jaxpr_key(jaxpr: jcore.Jaxpr) -> Any:
+    names: dict = {}
+    head = tuple((tuple(v.aval.shape), str(v.aval.dtype), _var_key(v, names)) for v in
+                 (*jaxpr.constvars, *jaxpr.invars))
+    body = tuple((eqn.primitive, tuple(_var_key(v, names) for v in eqn.invars),
+                  tuple((tuple(v.aval.shape), str(v.aval.dtype), _var_key(v, names)) for v in eqn.outvars),
+                  tuple(sorted((k, _param_key(p)) for k, p in eqn.params.items())))
+                 for eqn in jaxpr.eqns)
+    return head, body, tuple(_var_key(v, names) for v in jaxpr.outvars)

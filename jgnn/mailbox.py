@@ -21,11 +21,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jcore
 from jax.interpreters import mlir
 
-from jgnn import ir
-from jgnn.rowwise import out_axis
+from jgnn import facts, ir
+from jgnn.ops.gather import gather
+from jgnn.ops.segment import segment
+from jgnn.ops.softmax import segment_softmax
+from jgnn.roles import Index
 
 
 class UnsupportedMailboxOp(TypeError):
@@ -68,25 +72,12 @@ softmax = _reducer("softmax")
 softmax.__doc__ = "Softmax across a node's incoming edges (inside rho only); returns mailbox-shaped values."
 
 
-def segment_reduce(kind: str, x, segment_ids, num_segments: int):
-    """Whole-graph form of one mailbox reduction; ``x`` is ``[E, ...]``, the result ``[N, ...]``."""
+def segment_reduce(kind: str, x, receivers, num_nodes: int):
+    """Whole-graph form of one mailbox reduction; ``x`` is ``[E, ...]``, the result ``[N, ...]`` (softmax:
+    ``[E, ...]``)."""
     if kind == "softmax":
-        return segment_softmax(x, segment_ids, num_segments)
-    if kind == "sum":
-        return jax.ops.segment_sum(x, segment_ids, num_segments)
-    count = jax.ops.segment_sum(jnp.ones(x.shape[:1], x.dtype), segment_ids, num_segments)
-    count = count.reshape(count.shape + (1,) * (x.ndim - 1))
-    if kind == "mean":
-        return jax.ops.segment_sum(x, segment_ids, num_segments) / jnp.maximum(count, 1)
-    seg = {"max": jax.ops.segment_max, "min": jax.ops.segment_min}[kind]
-    return jnp.where(count > 0, seg(x, segment_ids, num_segments), 0)
-
-
-def segment_softmax(logits, segment_ids, num_segments: int):
-    """jraph's ``segment_softmax``: normalise ``exp(logits)`` over each segment."""
-    maxs = jax.ops.segment_max(logits, segment_ids, num_segments)
-    shifted = jnp.exp(logits - maxs[segment_ids])
-    return shifted / jax.ops.segment_sum(shifted, segment_ids, num_segments)[segment_ids]
+        return segment_softmax(x, receivers, num_segments=num_nodes, index=Index.DST)
+    return segment(x, receivers, kind=kind, num_segments=num_nodes, index=Index.DST, empty="zero")
 
 
 EDGE, NODE, CONST = "edge", "node", "const"
@@ -94,16 +85,25 @@ EDGE, NODE, CONST = "edge", "node", "const"
 
 def lower_rho(rho: Callable, messages, node, receivers, num_nodes: int):
     """Evaluate the per-node ``rho(mailbox, node)`` for every node at once (see module docstring)."""
-    one_row = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct((1,) + m.shape[1:], m.dtype), messages)
     per_node = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), node)
-    closed, out_shape = jax.make_jaxpr(rho, return_shape=True)(one_row, per_node)
-    program = ir.from_closed_jaxpr(closed)
+
+    def trace(rows: int):
+        mb = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct((rows,) + m.shape[1:], m.dtype), messages)
+        return jax.make_jaxpr(rho, return_shape=True)(mb, per_node)
+
+    closed, out_shape = trace(1)
+    if _literals(closed.jaxpr) != _literals(trace(2)[0].jaxpr):
+        raise UnsupportedMailboxOp("rho used the mailbox's length (e.g. jgnn.sum(mb) / mb.shape[0]); a node's "
+                                   "number of messages is not static: use jgnn.mean, or jgnn.sum of "
+                                   "jnp.ones_like(mb[:, :1]) for the degree")
+    traced = ir.from_closed_jaxpr(closed)
+    program = traced.program
     msg_leaves = [m[:, None] for m in jax.tree_util.tree_leaves(messages)]
     kinds: dict[int, str] = {}
     env: dict[int, Any] = {}
     node_leaves = jax.tree_util.tree_leaves(node)
-    in_kinds = [EDGE] * len(msg_leaves) + [NODE] * len(node_leaves)
-    for v, x, k in zip(program.inputs, msg_leaves + node_leaves, in_kinds, strict=True):
+    in_kinds = [EDGE] * len(msg_leaves) + [NODE] * len(node_leaves) + [CONST] * len(traced.consts)
+    for v, x, k in zip(program.inputs, msg_leaves + node_leaves + traced.consts, in_kinds, strict=True):
         env[v.id], kinds[v.id] = x, k
 
     def read(a):
@@ -111,7 +111,7 @@ def lower_rho(rho: Callable, messages, node, receivers, num_nodes: int):
 
     for op in program.ops:
         vals, ks = zip(*map(read, op.inputs), strict=True) if op.inputs else ((), ())
-        if op.name == mailbox_reduce_p.name:
+        if op.prim is mailbox_reduce_p:
             outs, kind = _lower_reduction(op, vals[0], ks[0], receivers, num_nodes)
         else:
             outs, kind = _lower_rowwise(op, vals, ks, receivers)
@@ -127,8 +127,24 @@ def lower_rho(rho: Callable, messages, node, receivers, num_nodes: int):
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), results)
 
 
+def _literals(jaxpr) -> list:
+    """The literal values a jaxpr computes with, in order (sub-jaxprs included)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        found += [np.asarray(v.val).tolist() for v in eqn.invars if isinstance(v, jcore.Literal)]
+        for p in eqn.params.values():
+            sub = getattr(p, "jaxpr", p)
+            if isinstance(sub, jcore.Jaxpr):
+                found += _literals(sub)
+    return found
+
+
 def _lower_reduction(op: ir.Op, x, kind_in: str, receivers, num_nodes: int):
     kind = op.params["kind"]
+    if kind_in == CONST and jnp.ndim(x) >= 1 and jnp.shape(x)[0] == 1:
+        # The same value in every row of the one-row mailbox rho was traced with: one per edge.
+        x = jnp.broadcast_to(x, (receivers.shape[0],) + jnp.shape(x))
+        kind_in = EDGE
     if kind_in != EDGE:
         raise UnsupportedMailboxOp(f"jgnn.{kind} was applied to a value that does not come from the mailbox")
     rows = x[:, 0]  # drop the one-row mailbox axis: [E, ...]
@@ -139,11 +155,11 @@ def _lower_reduction(op: ir.Op, x, kind_in: str, receivers, num_nodes: int):
 def _lower_rowwise(op: ir.Op, vals, ks, receivers):
     if EDGE in ks:
         # The mailbox axis must stay the leading axis: then each per-edge evaluation is one mailbox row.
-        if out_axis(op, [0 if k == EDGE else None for k in ks]) != 0:
+        if facts.row_axis(op, [0 if k == EDGE else None for k in ks]) != 0:
             raise UnsupportedMailboxOp(
                 f"rho applies `{op.name}` across the mailbox axis; only jgnn.sum/mean/max/min/softmax may "
                 f"combine a node's incoming messages")
-        vals = [v[receivers] if k == NODE else v for v, k in zip(vals, ks, strict=True)]
+        vals = [gather(v, receivers, index=Index.DST) if k == NODE else v for v, k in zip(vals, ks, strict=True)]
         kind = EDGE
     elif NODE in ks:
         kind = NODE

@@ -15,8 +15,9 @@ any feature (``W[edge["type"]] @ src["h"]``). When psi returns a dict without ``
 types are carried over, so stacked typed layers keep working.
 
 The layer's *reference program* is the straightforward whole-graph code a jraph user writes: gather node
-features to edges, ``vmap(phi)``, segment reductions over ``receivers``, ``vmap(psi)``. Other backends
-compile that program with `jgnn.compile`.
+features to edges, ``vmap(phi)``, segment reductions over ``receivers``, ``vmap(psi)``, written with jgnn's graph
+primitives (`jgnn.ops`), so the compiler reads the structure instead of rediscovering it. Other backends compile
+that program with `jgnn.compile`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import jraph
 from jgnn import graph as graph_lib
 from jgnn import mailbox
 from jgnn.compiler import Compiled
+from jgnn.ops.gather import gather
+from jgnn.roles import Index
 
 
 def _positional_arity(fn: Callable) -> int:
@@ -45,14 +48,10 @@ def _positional_arity(fn: Callable) -> int:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
 
 
-def _rows_per_item(graph: jraph.GraphsTuple, counts, total: int):
-    """Each item's graph row of ``globals`` (jraph's ``jnp.repeat`` by ``n_node``/``n_edge``)."""
-    return jax.tree_util.tree_map(
-        lambda g: jnp.repeat(g, counts, axis=0, total_repeat_length=total), graph.globals)
-
-
-def default_rho(mailbox_tree, node):
-    return mailbox.sum(mailbox_tree)
+def _rows_per_item(graph: jraph.GraphsTuple, counts, total: int, index: Index):
+    """Each item's graph row of ``globals``: gathered by the graph id of each node or edge."""
+    ids = jnp.repeat(jnp.arange(counts.shape[0], dtype=jnp.int32), counts, total_repeat_length=total)
+    return jax.tree_util.tree_map(lambda g: gather(g, ids, index=index), graph.globals)
 
 
 def default_psi(node, aggregate):
@@ -69,13 +68,24 @@ class MessagePassing:
     backend: str = "auto"
     remat: Any = "auto"
 
+    def __post_init__(self):
+        from jgnn import remat as remat_lib
+        from jgnn.compiler import resolve_backend
+
+        resolve_backend(self.backend)  # a bad option fails here, not at the first call
+        remat_lib.resolve(self.remat)
+        for name in ("phi", "rho", "psi"):
+            fn = getattr(self, name)
+            if fn is not None and not callable(fn):
+                raise TypeError(f"message_passing: {name} must be callable, got {type(fn).__name__}")
+
     def reference(self, graph: jraph.GraphsTuple) -> jraph.GraphsTuple:
         """The uncompiled whole-graph program: the oracle for every rewrite and kernel."""
         n, e = graph_lib.num_nodes(graph), graph_lib.num_edges(graph)
-        take = lambda idx: jax.tree_util.tree_map(lambda x: x[idx], graph.nodes)
-        phi_args = [take(graph.senders), take(graph.receivers), graph.edges]
+        take = lambda idx, index: jax.tree_util.tree_map(lambda x: gather(x, idx, index=index), graph.nodes)
+        phi_args = [take(graph.senders, Index.SRC), take(graph.receivers, Index.DST), graph.edges]
         if _positional_arity(self.phi) == 4:
-            phi_args.append(_rows_per_item(graph, graph.n_edge, e))
+            phi_args.append(_rows_per_item(graph, graph.n_edge, e, Index.EDGE_GRAPH))
         messages = jax.vmap(self.phi)(*phi_args)
         if self.rho is None:
             aggregate = jax.tree_util.tree_map(
@@ -85,7 +95,7 @@ class MessagePassing:
         psi = self.psi or default_psi
         psi_args = [graph.nodes, aggregate]
         if _positional_arity(psi) == 3:
-            psi_args.append(_rows_per_item(graph, graph.n_node, n))
+            psi_args.append(_rows_per_item(graph, graph.n_node, n, Index.NODE_GRAPH))
         new_nodes = jax.vmap(psi)(*psi_args)
         types = graph_lib.node_types(graph)
         if types is not None and isinstance(new_nodes, Mapping) and graph_lib.TYPE_KEY not in new_nodes:

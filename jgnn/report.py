@@ -1,9 +1,195 @@
-"""The `explain` report: what the analysis found and every decision the compiler made, with its reason."""
+"""The `explain` report: what the analysis found and every decision the compiler made, as data.
+
+Every rewrite, skip, fallback, kernel choice and recomputation decision is a record with a `Reason` code and
+its parameters. ``str(report)`` renders them through `MESSAGES`; no code reads the rendered text back.
+"""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+
+class Pass(enum.StrEnum):
+    """Who made a decision: an optimizer pass, the lowering choice, the analysis, or the plan cache."""
+
+    CANONICALIZE = "canonicalize"
+    LINEAR_SPLIT = "linear_split"
+    LINEAR_REORDER = "linear_reorder"
+    BROADCAST_REORDER = "broadcast_reorder"
+    COMPACT_MATERIALIZE = "compact_materialize"
+    CSE = "cse"
+    DCE = "dce"
+    TYPED_MATMUL = "typed_matmul"
+    FUSE = "fuse"
+    LOWERING = "lowering"
+    ANALYSIS = "analysis"
+    REMAT = "remat"
+    CACHE = "cache"
+
+
+class Reason(enum.StrEnum):
+    # canonicalize
+    RAISED_GATHER = "raised_gather"
+    RAISED_SEGMENT = "raised_segment"
+    RAISED_SOFTMAX = "raised_softmax"
+    RAISED_MEAN = "raised_mean"
+    RAISED_COUNT_REPEAT = "raised_count_repeat"
+    # linear split / reorder
+    SPLIT_CONCAT = "split_concat"
+    SPLIT_SUM = "split_sum"
+    SAME_PROVENANCE = "same_provenance"
+    SPLIT_DIM_NOT_CONTRACTED = "split_dim_not_contracted"
+    REASSOCIATED = "reassociated"
+    REASSOCIATION_COSTS_MORE = "reassociation_costs_more"
+    DIFFERENT_TYPE_INDICES = "different_type_indices"
+    # broadcast reordering
+    LIFTED = "lifted"
+    DIFFERENT_INDICES = "different_indices"
+    UNGATHERED_EDGE_OPERAND = "ungathered_edge_operand"
+    NOT_ROWWISE = "not_rowwise"
+    COST_KEEPS_EDGES = "cost_keeps_edges"
+    FIXED_SHAPE_BODY = "fixed_shape_body"
+    # compaction, typed matmul
+    COMPACTED_NODE_TYPE = "compacted_node_type"
+    COMPACTED_PAIRS = "compacted_pairs"
+    NEEDS_LAYOUT = "needs_layout"
+    NO_SAVING = "no_saving"
+    GROUPED_MATMUL = "grouped_matmul"
+    UNSUPPORTED_DIMENSION_NUMBERS = "unsupported_dimension_numbers"
+    # cleanup
+    MERGED_DUPLICATES = "merged_duplicates"
+    REMOVED_DEAD = "removed_dead"
+    # fusion
+    FUSED_REDUCE = "fused_reduce"
+    FUSED_ATTENTION = "fused_attention"
+    FUSED_COMPUTE = "fused_compute"
+    MESSAGES_STORED_ANYWAY = "messages_stored_anyway"
+    NOT_A_GRAPH_REDUCTION = "not_a_graph_reduction"
+    SOFTMAX_NOT_FUSED = "softmax_not_fused"
+    FILL_MODE_GATHER = "fill_mode_gather"
+    # lowering choices
+    LOWER_SEGMENT = "lower_segment"
+    LOWER_BLOCKS = "lower_blocks"
+    LOWER_KERNEL = "lower_kernel"
+    NOT_LANEWISE = "not_lanewise"
+    NOT_ZERO_PADDING_SAFE = "not_zero_padding_safe"
+    UNSUPPORTED_DTYPE = "unsupported_dtype"
+    CSR_FROM_LAYOUT = "csr_from_layout"
+    CSR_SORTED_IN_PROGRAM = "csr_sorted_in_program"
+    # analysis / fallback
+    DATA_DEPENDENT_GATHER = "data_dependent_gather"
+    DATA_DEPENDENT_SCATTER = "data_dependent_scatter"
+    PARTIAL_ROW_GATHER = "partial_row_gather"
+    MIXED_RESIDENCIES = "mixed_residencies"
+    MIXES_ROWS = "mixes_rows"
+    DATA_DEPENDENT_PERMUTATION = "data_dependent_permutation"
+    UNKNOWN_PRIMITIVE = "unknown_primitive"
+    IMPURE = "impure"
+    # recomputation
+    REMAT_POLICY = "remat_policy"
+    EDGE_MATMUL_SAVED = "edge_matmul_saved"
+    # plan cache
+    CACHE_HIT = "cache_hit"
+    CACHE_MISS = "cache_miss"
+    BUCKETED = "bucketed"
+
+
+MESSAGES: dict[Reason, str] = {
+    Reason.RAISED_GATHER: "{count} gather(s) by {index} ids recognised as graph broadcasts",
+    Reason.RAISED_SEGMENT: "{count} {kind} scatter(s) by {index} ids recognised as segment reductions",
+    Reason.RAISED_SOFTMAX: "edge softmax by {index} ids recognised (max, shift, exp, sum, divide)",
+    Reason.RAISED_MEAN: "segment mean recognised (a sum divided by the clamped count of the same ids)",
+    Reason.RAISED_COUNT_REPEAT: "per-{axis} graph ids made from the graph counts recognised",
+    Reason.SPLIT_CONCAT: "concatenate({pieces}) @ W split into {n} matmuls of widths {widths}",
+    Reason.SPLIT_SUM: "({pieces}) @ W split into {n} matmuls so each can move to its own rows",
+    Reason.SAME_PROVENANCE: "{op} feeding dot_general: operands come through the same index, nothing to split",
+    Reason.SPLIT_DIM_NOT_CONTRACTED: "concatenate feeding dot_general along a dimension that is not contracted",
+    Reason.REASSOCIATED: "{form} → {to}: {before:.3g} → {after:.3g} FLOPs",
+    Reason.REASSOCIATION_COSTS_MORE: "{form}: reassociating costs more ({before:.3g} vs {after:.3g} FLOPs)",
+    Reason.DIFFERENT_TYPE_INDICES: "(x @ W[t]) @ a[s] through different type indices: no per-type product",
+    Reason.LIFTED: "{op} on {index}-gathered rows moved to the nodes: {edges}→{rows} rows, "
+                   "est. {before:.3g} → {after:.3g} FLOP+elem",
+    Reason.DIFFERENT_INDICES: "{op}: operands come through different indices ({indices})",
+    Reason.UNGATHERED_EDGE_OPERAND: "{op}: an operand is edge data that was not gathered from the nodes",
+    Reason.NOT_ROWWISE: "{op}: not row-wise (an output row reads several input rows)",
+    Reason.COST_KEEPS_EDGES: "{op}: the cost model keeps it on the edges ({why}; {before:.3g} vs {after:.3g})",
+    Reason.FIXED_SHAPE_BODY: "{op}: its body has fixed shapes and cannot run on node rows",
+    Reason.COMPACTED_NODE_TYPE: "{types}-type table read through the {index} node's type made per node "
+                                "({rows} rows, {ratio:.1f}× fewer than the {edges} edges)",
+    Reason.COMPACTED_PAIRS: "x[src] @ W[edge_type] computed for {pairs} unique (source, edge type) pairs instead "
+                            "of {edges} edges ({ratio:.2f}×), then gathered per edge",
+    Reason.NEEDS_LAYOUT: "x[src] @ W[edge_type] over {edges} edges: pass a GraphLayout of the typed graph to "
+                         "compute it once per unique (source, edge type) pair",
+    Reason.NO_SAVING: "{what}: {rows} rows for {edges} edges, no saving",
+    Reason.GROUPED_MATMUL: "x @ W[{index}] over {rows} rows as a grouped matmul ({impl}); the "
+                           "[{rows}, {d_in}, {d_out}] weight gather is never built",
+    Reason.UNSUPPORTED_DIMENSION_NUMBERS: "dot_general with a typed weight in a layout the grouped matmul does "
+                                          "not cover",
+    Reason.MERGED_DUPLICATES: "merged {count} duplicate ops",
+    Reason.REMOVED_DEAD: "removed {count} dead ops",
+    Reason.FUSED_REDUCE: "gather→{ops} edge ops→segment {reduce} over {edges} edges in one op; the {shape} "
+                         "messages are never stored",
+    Reason.FUSED_ATTENTION: "edge softmax over {edges} edges and the weighted sum after it in one op; scores "
+                            "{scores} and weights are never stored",
+    Reason.FUSED_COMPUTE: "gather→{ops} edge ops written once per edge ({shape})",
+    Reason.MESSAGES_STORED_ANYWAY: "segment {reduce} of messages that something else also reads: they are "
+                                   "stored anyway, the reduction alone is fused",
+    Reason.NOT_A_GRAPH_REDUCTION: "segment {reduce} by {index} ids: not an edge-to-node reduction",
+    Reason.SOFTMAX_NOT_FUSED: "edge softmax whose weights are used outside a weighted sum: kept as one norm op",
+    Reason.FILL_MODE_GATHER: "a gather with mode 'fill' stays outside the fused op (its out-of-range rows are "
+                             "NaN, not clamped)",
+    Reason.LOWER_SEGMENT: "{op}: XLA segment ops over all {edges} edges ({bytes:.3g} B of edge temporaries)",
+    Reason.LOWER_BLOCKS: "{op}: XLA edge blocks of {block} edges ({bytes:.3g} B of edge temporaries over the "
+                         "{budget:.3g} B budget)",
+    Reason.LOWER_KERNEL: "{op}: Pallas kernel ({csr})",
+    Reason.NOT_LANEWISE: "{op}: runs on XLA: the edge function is not lane-wise ({prim})",
+    Reason.NOT_ZERO_PADDING_SAFE: "{op}: runs on XLA: its scores are not safe on zero-padded lanes",
+    Reason.UNSUPPORTED_DTYPE: "{op}: runs on XLA: the Pallas kernels take floating point, not {dtype}",
+    Reason.CSR_FROM_LAYOUT: "CSR from the GraphLayout passed in",
+    Reason.CSR_SORTED_IN_PROGRAM: "CSR sorted inside the program (pass a GraphLayout to sort once on the host)",
+    Reason.DATA_DEPENDENT_GATHER: "gather with data-dependent indices (not derived from the graph's index arrays)",
+    Reason.DATA_DEPENDENT_SCATTER: "scatter with data-dependent indices or partial rows",
+    Reason.PARTIAL_ROW_GATHER: "gather that does not take whole rows of {residency} data",
+    Reason.MIXED_RESIDENCIES: "combines {residencies} rows without a broadcast between them",
+    Reason.MIXES_ROWS: "`{primitive}` mixes rows of the {residency} axis",
+    Reason.DATA_DEPENDENT_PERMUTATION: "`{primitive}` makes a data-dependent permutation of the {residency} rows",
+    Reason.UNKNOWN_PRIMITIVE: "unknown primitive `{primitive}` on {residency} data",
+    Reason.IMPURE: "`{primitive}` has effects; the values around it are left as traced",
+    Reason.REMAT_POLICY: "{policy}: saved {saved}; recomputed {recomputed}",
+    Reason.EDGE_MATMUL_SAVED: "{count} edge-level matmul output(s) are saved where the backward reads them "
+                              "(remat='edges' recomputes them at one more matmul each{hint})",
+    Reason.CACHE_HIT: "plan reused ({hits} hits, {misses} misses)",
+    Reason.CACHE_MISS: "plan built ({hits} hits, {misses} misses)",
+    Reason.BUCKETED: "padded to the ({nodes}, {edges}) bucket",
+}
+
+
+def _frozen(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """A rewrite that was applied (``applied=True``) or declined, by ``by``, for ``code``, with parameters."""
+
+    by: Pass
+    code: Reason
+    applied: bool = True
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return self.by.value
+
+    def get(self, key: str, default=None):
+        return dict(self.params).get(key, default)
+
+    def render(self) -> str:
+        return MESSAGES[self.code].format(**dict(self.params))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,29 +204,32 @@ class EquationRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class RewriteRecord:
-    """A rewrite that was applied (``kind`` is the pass name) or skipped (``applied=False``), and why."""
-
-    kind: str
-    detail: str
-    applied: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
 class FallbackRecord:
-    """A region left to the reference program, the primitive that started it and why."""
+    """A region left as traced: the primitive that started it and why."""
 
-    reason: str
-    primitive: str = ""
+    code: Reason
+    primitive: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def render(self) -> str:
+        return MESSAGES[self.code].format(primitive=self.primitive, **dict(self.params))
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelRecord:
-    """A fused op and the backend chosen to run it."""
+    """A fused op, the backend and lowering that run it, and why (``code``)."""
 
     op: str
     backend: str
-    detail: str = ""
+    lowering: str
+    code: Reason
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def get(self, key: str, default=None):
+        return dict(self.params).get(key, default)
+
+    def render(self) -> str:
+        return MESSAGES[self.code].format(op=self.op, **dict(self.params))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +239,16 @@ class RematRecord:
     policy: str
     saved: tuple[str, ...] = ()
     recomputed: tuple[str, ...] = ()
-    detail: str = ""
+    edge_matmuls: int = 0
+    layout_would_compact: bool = False
+
+
+@dataclasses.dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    size: int = 0
+    capacity: int = 0
 
 
 @dataclasses.dataclass
@@ -58,19 +256,38 @@ class Report:
     backend: str
     sizes: dict[str, int]
     equations: list[EquationRecord] = dataclasses.field(default_factory=list)
-    rewrites: list[RewriteRecord] = dataclasses.field(default_factory=list)
+    decisions: list[Decision] = dataclasses.field(default_factory=list)
     fallbacks: list[FallbackRecord] = dataclasses.field(default_factory=list)
     kernels: list[KernelRecord] = dataclasses.field(default_factory=list)
     remat: list[RematRecord] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
+    cache: CacheStats = dataclasses.field(default_factory=CacheStats)
+
+    def add(self, by: Pass, code: Reason, *, applied: bool = True, **params) -> None:
+        self.decisions.append(Decision(by, code, applied, _frozen(params)))
+
+    def fallback(self, code: Reason, primitive: str, **params) -> None:
+        record = FallbackRecord(code, primitive, _frozen(params))
+        if record not in self.fallbacks:  # one line per distinct cause, however many ops share it
+            self.fallbacks.append(record)
+
+    def kernel(self, op: str, backend: str, lowering: str, code: Reason, **params) -> None:
+        self.kernels.append(KernelRecord(op, backend, lowering, code, _frozen(params)))
 
     @property
-    def applied_rewrites(self) -> list[RewriteRecord]:
-        return [r for r in self.rewrites if r.applied]
+    def rewrites(self) -> list[Decision]:
+        return [d for d in self.decisions if d.by not in (Pass.LOWERING, Pass.CACHE)]
+
+    @property
+    def applied_rewrites(self) -> list[Decision]:
+        return [d for d in self.rewrites if d.applied]
+
+    def codes(self, by: Pass | None = None, *, applied: bool | None = None) -> list[Reason]:
+        return [d.code for d in self.decisions
+                if (by is None or d.by == by) and (applied is None or d.applied == applied)]
 
     def summary(self) -> str:
         moves = collections.Counter(e.movement for e in self.equations)
-        kinds = collections.Counter(r.kind for r in self.applied_rewrites)
+        kinds = collections.Counter(d.kind for d in self.applied_rewrites)
         parts = [f"backend={self.backend}", f"N={self.sizes.get('N')}", f"E={self.sizes.get('E')}",
                  "movements: " + ", ".join(f"{k}×{v}" for k, v in sorted(moves.items())),
                  "rewrites: " + (", ".join(f"{k}×{v}" for k, v in sorted(kinds.items())) or "none"),
@@ -82,15 +299,19 @@ class Report:
         width = max((len(e.primitive) for e in self.equations), default=8)
         for i, e in enumerate(self.equations):
             idx = f"  [{e.index} ids]" if e.index else ""
-            lines.append(f"  {i:3d}  {e.primitive:<{width}}  {e.movement:<14} {e.out_residency:<9} "
+            lines.append(f"  {i:3d}  {e.primitive:<{width}}  {e.movement:<15} {e.out_residency:<9} "
                          f"{list(e.shape)}{idx}")
-        sections = [("rewrites", [f"{'' if r.applied else 'skipped '}{r.kind}: {r.detail}"
-                                  for r in self.rewrites]),
-                    ("kernels", [f"{k.op} -> {k.backend}: {k.detail}" for k in self.kernels]),
-                    ("recomputation", [f"{r.policy}: saved {', '.join(r.saved) or '-'}; recomputed "
-                                       f"{', '.join(r.recomputed) or '-'}. {r.detail}" for r in self.remat]),
-                    ("fallbacks", [f"{f.primitive}: {f.reason}" for f in self.fallbacks]),
-                    ("notes", list(self.notes))]
+        remat = [f"{r.policy}: saved {', '.join(r.saved) or '-'}; recomputed {', '.join(r.recomputed) or '-'}"
+                 + (f"; {r.edge_matmuls} edge-level matmul output(s) saved (remat='edges' recomputes them"
+                    + ("; a GraphLayout would compact the typed ones" if r.layout_would_compact else "") + ")"
+                    if r.edge_matmuls else "") for r in self.remat]
+        sections = [("rewrites", [f"{'' if d.applied else 'skipped '}{d.kind}: {d.render()}"
+                                  for d in self.rewrites]),
+                    ("kernels", [f"{k.op} -> {k.backend}/{k.lowering}: {k.render()}" for k in self.kernels]),
+                    ("recomputation", remat),
+                    ("fallbacks", [f"{f.primitive}: {f.render()}" for f in self.fallbacks]),
+                    ("plan cache", [f"{self.cache.hits} hits, {self.cache.misses} misses, "
+                                    f"{self.cache.size}/{self.cache.capacity} plans"])]
         for title, rows in sections:
             lines += ["", f"{title}:"] + ([f"  - {r}" for r in rows] if rows else ["  (none)"])
         return "\n".join(lines)

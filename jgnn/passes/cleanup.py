@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
-from jgnn import ir
-from jgnn.passes.context import Context
-
-# Ops with effects must survive DCE even when nothing reads them.
-_EFFECTFUL = frozenset({"debug_callback", "io_callback", "pure_callback", "debug_print"})
+from jgnn import facts, ir
+from jgnn.passes.context import Builder, Context
+from jgnn.report import Pass, Reason
 
 
 def _param_key(value: Any) -> Any:
@@ -29,44 +26,42 @@ def _param_key(value: Any) -> Any:
 def _atom_key(atom: ir.Atom) -> Any:
     if isinstance(atom, ir.Value):
         return ("v", atom.id)
-    val = atom.value
-    if np.ndim(val) == 0 and not isinstance(val, jax.core.Tracer):  # a traced scalar has no value to compare
-        return ("c", type(val).__name__, np.asarray(val).item(), str(np.asarray(val).dtype))
-    return ("c", id(val))
+    arr = np.asarray(atom.value)
+    return ("c", str(arr.dtype), arr.item())
 
 
 def cse(program: ir.Program, ctx: Context) -> ir.Program:
-    """Merge ops that bind the same primitive with the same params on the same inputs."""
+    """Merge ops that bind the same primitive with the same params on the same inputs (effects excepted)."""
     seen: dict[Any, ir.Op] = {}
-    rename: dict[int, ir.Value] = {}
-    ops, merged = [], 0
+    b = Builder(program, ctx)
+    merged = 0
     for op in program.ops:
-        op.inputs = tuple(rename.get(a.id, a) if isinstance(a, ir.Value) else a for a in op.inputs)
-        if op.impl is not None or op.name in _EFFECTFUL:
-            ops.append(op)
+        op.inputs = tuple(b.read(a) for a in op.inputs)
+        if op.effects or facts.of(op.prim).impure or not op.outputs:
+            b.emit(op)
             continue
-        key = (op.name, _param_key(op.params), tuple(map(_atom_key, op.inputs)))
+        key = (op.prim, _param_key(op.params), tuple(map(_atom_key, op.inputs)))
         if key in seen:
-            rename.update((a.id, b) for a, b in zip(op.outputs, seen[key].outputs, strict=True))
+            for old, new in zip(op.outputs, seen[key].outputs, strict=True):
+                b.alias(old, new)
             merged += 1
             continue
         seen[key] = op
-        ops.append(op)
-    outputs = [rename.get(a.id, a) if isinstance(a, ir.Value) else a for a in program.outputs]
+        b.emit(op)
     if merged:
-        ctx.applied("cse", f"merged {merged} duplicate ops (e.g. the node-level matmul shared by src and dst)")
-    return ir.Program(program.inputs, outputs, ops)
+        ctx.applied(Pass.CSE, Reason.MERGED_DUPLICATES, count=merged)
+    return b.finish()
 
 
 def dce(program: ir.Program, ctx: Context) -> ir.Program:
-    """Drop ops none of whose outputs is used."""
+    """Drop ops none of whose outputs is used (effects excepted)."""
     live = {a.id for a in program.outputs if isinstance(a, ir.Value)}
     kept = []
     for op in reversed(program.ops):
-        if op.name in _EFFECTFUL or any(v.id in live for v in op.outputs):
+        if op.effects or facts.of(op.prim).impure or any(v.id in live for v in op.outputs):
             kept.append(op)
             live.update(a.id for a in op.inputs if isinstance(a, ir.Value))
     dropped = len(program.ops) - len(kept)
     if dropped:
-        ctx.applied("dce", f"removed {dropped} dead ops (gathers and edge-level work made redundant)")
+        ctx.applied(Pass.DCE, Reason.REMOVED_DEAD, count=dropped)
     return ir.Program(program.inputs, program.outputs, kept[::-1])

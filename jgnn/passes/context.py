@@ -1,4 +1,9 @@
-"""What every pass gets: the analysed program's facts and the report to explain its decisions in."""
+"""What every pass gets (the analysed program's facts, the report, the layouts) and how it rewrites a program.
+
+A pass walks the ops once with a `Builder`: it keeps an op (`emit`), or emits replacement ops (`bind`) and says
+which new value stands for an old one (`alias`). The builder renames later reads and keeps the analysis current
+for every op it emits, so the analysis runs once per compile.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +12,88 @@ from typing import Any
 
 import numpy as np
 
-from jgnn import ir, residency
-from jgnn.report import Report, RewriteRecord
+from jgnn import facts, ir
+from jgnn.analysis import Analysis, InputTag
+from jgnn.report import Pass, Reason, Report
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutInputs:
+    """A `GraphLayout` passed for graph ``graph``: its leaves are program inputs ``values``."""
+
+    graph: int
+    edges: str  # the edge list it describes ("g0" or "g0+loops")
+    values: tuple[ir.Value, ...]
+    tree: Any  # its pytree structure
+    pairs: Any = None  # the TypedPairs leaves among ``values``, as a TypedPairs of Values, if it has them
 
 
 @dataclasses.dataclass
 class Context:
-    tags: list[residency.InputTag]
-    sizes: dict[str, int]
-    backend: str
+    analysis: Analysis
     report: Report
-    layout: Any = None
-    analysis: residency.Analysis | None = None
-    layout_values: tuple = ()  # program inputs holding the GraphLayout's leaves, when one was passed
-    layout_tree: Any = None
+    backend: str
+    tags: list[InputTag]
+    layouts: tuple[LayoutInputs, ...] = ()
 
-    def applied(self, kind: str, detail: str) -> None:
-        self.report.rewrites.append(RewriteRecord(kind, detail, applied=True))
+    @property
+    def sizes(self) -> dict[int, dict[str, int]]:
+        return self.analysis.ctx.sizes
 
-    def skipped(self, kind: str, detail: str) -> None:
-        self.report.rewrites.append(RewriteRecord(kind, detail, applied=False))
+    def size(self, graph: int, key: str) -> int | None:
+        return self.analysis.ctx.size(graph, key)
 
-    def info(self, atom: ir.Atom) -> residency.Info:
+    def info(self, atom: ir.Atom) -> facts.Info:
         return self.analysis.of(atom)
+
+    def is_shared(self, atom: ir.Atom) -> bool:
+        return self.analysis.is_shared(atom)
+
+    def applied(self, by: Pass, code: Reason, **params) -> None:
+        self.report.add(by, code, applied=True, **params)
+
+    def skipped(self, by: Pass, code: Reason, **params) -> None:
+        self.report.add(by, code, applied=False, **params)
+
+    def layout_for(self, edges: str | None) -> LayoutInputs | None:
+        """The layout that describes exactly this edge list, if one was passed."""
+        return next((lay for lay in self.layouts if edges is not None and lay.edges == edges), None)
+
+
+class Builder:
+    """Collects a pass's output program (see module docstring)."""
+
+    def __init__(self, program: ir.Program, ctx: Context):
+        self.program, self.ctx = program, ctx
+        self.ops: list[ir.Op] = []
+        self.rename: dict[int, ir.Atom] = {}
+
+    def read(self, atom: ir.Atom) -> ir.Atom:
+        while isinstance(atom, ir.Value) and atom.id in self.rename:
+            atom = self.rename[atom.id]
+        return atom
+
+    def emit(self, op: ir.Op) -> ir.Op:
+        op.inputs = tuple(self.read(a) for a in op.inputs)
+        if any(v.id not in self.ctx.analysis.info for v in op.outputs):
+            self.ctx.analysis.add(op)
+        self.ops.append(op)
+        return op
+
+    def bind(self, prim, inputs, params: dict, *, outputs=None) -> list[ir.Value]:
+        """Emit a new op binding ``prim``; returns its outputs."""
+        op = ir.new_op(prim, [self.read(a) for a in inputs], params, outputs=outputs)
+        self.ctx.analysis.add(op)
+        self.ops.append(op)
+        return list(op.outputs)
+
+    def alias(self, old: ir.Value, new: ir.Atom) -> None:
+        if new is not old:
+            self.rename[old.id] = new
+
+    def finish(self) -> ir.Program:
+        outputs = [self.read(a) for a in self.program.outputs]
+        return ir.Program(self.program.inputs, outputs, self.ops)
 
 
 def row_elems(value: ir.Atom, axis: int = 0) -> int:
@@ -41,19 +105,6 @@ def row_elems(value: ir.Atom, axis: int = 0) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
-def flops(op: ir.Op) -> float:
-    """FLOPs of one op (dot_general: 2·MACs; anything else: one per output element)."""
-    out = op.outputs[0]
-    if op.name == "dot_general":
-        (lc, _), _ = op.params["dimension_numbers"]
-        contracted = int(np.prod([op.inputs[0].shape[d] for d in lc], dtype=np.int64))
-        return 2.0 * contracted * int(np.prod(out.shape, dtype=np.int64))
-    return float(sum(int(np.prod(o.shape, dtype=np.int64)) for o in op.outputs))
-
-
-def is_shared(ctx: Context, atom: ir.Atom) -> bool:
-    """No graph axis: a weight, a constant or a scalar."""
-    if isinstance(atom, ir.Const):
-        return True
-    info = ctx.info(atom)
-    return info.residency == residency.SHARED and not info.expanded
+def links(program: ir.Program):
+    """(producer of each value, readers of each value)."""
+    return ir.producers(program), ir.users(program)

@@ -1,191 +1,310 @@
-"""``fuse_gather_reduce``: gather → edge compute → segment sum/max/min chains become one fused op (SpMM-like).
+"""``fuse``: a segment reduction and the per-edge computation feeding it become one `jgnn.ops.edge_op`.
 
-Grown backwards (see `regions`) from each ``scatter-add`` of edge rows into zeros by destination ids (what
-``jax.ops.segment_sum`` lowers to), or ``scatter-max``/``scatter-min`` into ``∓inf`` (``segment_max``/
-``segment_min``), through lane-wise ops whose results nothing outside the region reads.
-Dense ``dot_general``s are never pulled in: they stay with XLA/cuBLAS (UGCG's rule), usually already moved
-to the nodes by broadcast reordering. Messages that something else also reads are not fused: they must be
-stored anyway.
+Roots are `segment` ops that reduce edge rows to their destination or source nodes (sum, mean, max, min). From
+the reduced value the *region* grows backwards through ops that are row-wise on the edge axis (elementwise ops,
+unit-axis reshapes, broadcasts of shared values, reductions over feature axes) and whose results nothing outside
+the region reads. Dense ``dot_general``s stay outside (UGCG's rule: a matmul is cheaper to keep than to redo in
+the backward pass), usually already moved to the nodes by broadcast reordering. The region's *leaves* become the
+op's operands: node rows gathered by source or destination ids, edge rows, and shared values.
 
-Each fused op is listed in ``report.kernels`` with its backend and where its CSR comes from.
+A weighted sum of an edge softmax, ``segment_sum(f(α, ...))`` with ``α = segment_softmax(s)`` and ``f`` linear and
+diagonal in ``α`` (``α[..., None] * v``, times masks), becomes one attention op: neither ``α`` nor the scores are
+ever stored. Everything is recorded in the report, with the lowering each op gets.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import heapq
 
+import jax
 import numpy as np
+from jax import lax
 
-from jgnn import fused, ir, residency
-from jgnn.passes import regions
-from jgnn.passes.context import Context
-from jgnn.report import KernelRecord
+from jgnn import compat, facts, ir
+from jgnn.ops import lowering
+from jgnn.ops.edge_fn import RegionFn
+from jgnn.ops.edge_op import EdgeSpec, Reduce, edge_op_p
+from jgnn.ops.gather import gather_p
+from jgnn.ops.segment import segment_p
+from jgnn.ops.softmax import segment_softmax_p
+from jgnn.passes.context import Builder, Context
+from jgnn.report import Pass, Reason
+from jgnn.roles import ENDPOINTS, Group, Index, Residency
 
-KIND = "fuse_gather_reduce"
-
-# scatter primitive -> (reduction, the value segment ops start from)
-REDUCTIONS = {"scatter-add": ("sum", 0.0), "scatter_add": ("sum", 0.0), "scatter-max": ("max", -np.inf),
-              "scatter_max": ("max", -np.inf), "scatter-min": ("min", np.inf), "scatter_min": ("min", np.inf)}
-# Pallas's max/min kernels give a tie's whole gradient to its smallest edge id; the reference splits it among
-# the tied edges, and so does the edge-block lowering, which max/min therefore use on every backend.
-EXTREMUM_WHY = "max/min use edge blocks on every backend: they split a tie's gradient as the reference does"
-
-
-def is_zeros(atom: ir.Atom, made_by, value=0.0) -> bool:
-    """A broadcast of the literal ``value`` (what segment ops start from)."""
-    op = made_by.get(atom.id) if isinstance(atom, ir.Value) else None
-    return (op is not None and op.name == "broadcast_in_dim" and isinstance(op.inputs[0], ir.Const)
-            and np.all(np.asarray(op.inputs[0].value) == value))
+_REDUCE = {"sum": Reduce.SUM, "mean": Reduce.MEAN, "max": Reduce.MAX, "min": Reduce.MIN}
+# Ops a region may hold besides elementwise ones: they keep rows apart.
+_REGION_SHAPE_OPS = frozenset(compat.primitives("broadcast_in_dim reshape squeeze expand_dims transpose "
+                                               "reduce_sum reduce_max reduce_min concatenate slice"))
+_DIAGONAL = frozenset(compat.primitives("broadcast_in_dim reshape squeeze expand_dims convert_element_type"))
 
 
-def dst_scatter(op: ir.Op, ctx: Context, made_by, name: str, init: float) -> bool:
-    """``op`` is a segment reduction (``name``) of edge rows into ``init`` by destination ids."""
-    return (op.name == name and residency.is_row_scatter(op) and ctx.info(op.inputs[1]).index == "dst"
-            and is_zeros(op.inputs[0], made_by, init) and isinstance(op.inputs[2], ir.Value))
+@dataclasses.dataclass
+class Region:
+    ops: list[ir.Op]  # in program order
+    leaves: list[ir.Value]  # values read from outside, in first-read order
 
 
-def layout_inputs(ctx: Context, e: int) -> tuple:
-    return ctx.layout_values if ctx.layout_values and e == ctx.sizes.get("E") else ()
+def _edge_rowwise(op: ir.Op, ctx: Context, e: int) -> bool:
+    """Row-wise on the edge axis (axis 0): what a region may hold."""
+    if len(op.outputs) != 1 or op.effects or facts.of(op.prim).impure or op.prim is lax.dot_general_p:
+        return False
+    if not (facts.is_elementwise(op.prim) or op.prim in _REGION_SHAPE_OPS or op.prim in (compat.CUSTOM_JVP,
+                                                                                         compat.CUSTOM_VJP)):
+        return False
+    out = ctx.info(op.outputs[0])
+    if out.residency != Residency.EDGE or out.axis != 0 or op.outputs[0].shape[:1] != (e,):
+        return False
+    infos = [ctx.info(a) for a in op.inputs]
+    if all(i.residency == Residency.SHARED for i in infos):  # a shared value broadcast along the edges
+        return op.prim is lax.broadcast_in_dim_p
+    axes = [0 if i.residency == Residency.EDGE and not i.expanded and i.axis == 0 else None for i in infos]
+    return any(a is not None for a in axes) and facts.row_axis(op, axes) == 0
 
 
-def csr_source(backend: str, layout: tuple) -> str:
-    if backend == "xla":
-        return "edge blocks with a node-level custom VJP (jgnn.edge_blocks), no CSR needed"
-    return "CSR from the GraphLayout passed in" if layout else "CSR sorted inside the program (pass a GraphLayout)"
+def grow(root: ir.Value, made_by, users, admit, order, *, readers_allowed=frozenset()) -> Region:
+    """The ops computing ``root`` that ``admit`` accepts and whose results only the region reads."""
+    member: dict[int, ir.Op] = {}
+    inside = set(readers_allowed)
+    leaves: dict[int, ir.Value] = {}
+    position = lambda v: order.get(id(made_by.get(v.id)), -1)
+    heap = [(-position(root), root.id, root)]
+    queued = {root.id}
+    while heap:  # latest-defined first: a value's readers are all decided before it
+        _, _, v = heapq.heappop(heap)
+        op = made_by.get(v.id)
+        read_inside = v.id == root.id or all(u is not ir.OUTPUT and id(u) in inside for u in users.get(v.id, []))
+        if not (read_inside and op is not None and admit(op)):
+            leaves[v.id] = v
+            continue
+        member[id(op)] = op
+        inside.add(id(op))
+        for a in op.inputs:
+            if isinstance(a, ir.Value) and a.id not in queued:
+                queued.add(a.id)
+                heapq.heappush(heap, (-position(a), a.id, a))
+    ops = sorted(member.values(), key=lambda o: order[id(o)])
+    return Region(ops, list(leaves.values()))
+
+
+@dataclasses.dataclass
+class Operands:
+    """A region's leaves sorted into an edge op's operand groups."""
+
+    values: list[ir.Value]  # the leaf values the edge function reads, in operand order
+    arrays: list[ir.Atom]  # what the edge op takes for each (node arrays for gathered rows)
+    groups: list[Group]
+    ids: dict[Group, ir.Atom]  # the src/dst ids of the gathers
+    wrap: set[bool]
+
+
+def classify(region: Region, ctx: Context, made_by, e: int) -> Operands | None:
+    found = Operands([], [], [], {}, set())
+    order = {Group.SRC: 0, Group.DST: 1, Group.EDGE: 2, Group.SHARED: 3}
+    rows = []
+    for leaf in region.leaves:
+        op = made_by.get(leaf.id)
+        info = ctx.info(leaf)
+        if op is not None and op.prim is gather_p and op.params["index"] in ENDPOINTS and \
+                op.params["mode"] == "clip" and ctx.info(op.inputs[0]).residency == Residency.NODE:
+            group = Group.SRC if op.params["index"] == Index.SRC else Group.DST
+            if found.ids.setdefault(group, op.inputs[1]) is not op.inputs[1]:
+                return None  # gathers by two different id arrays of one kind
+            found.wrap.add(op.params["wrap"])
+            rows.append((order[group], leaf, op.inputs[0], group))
+        elif info.residency == Residency.EDGE and info.axis == 0 and not info.expanded and leaf.shape[:1] == (e,):
+            rows.append((order[Group.EDGE], leaf, leaf, Group.EDGE))
+        elif info.residency == Residency.SHARED and not info.expanded:
+            aligned = leaf.ndim > 0 and leaf.shape[0] == e  # arange(E): a constant with one row per edge
+            group = Group.EDGE if aligned else Group.SHARED
+            rows.append((order[group], leaf, leaf, group))
+        else:
+            return None
+    for _, value, array, group in sorted(rows, key=lambda r: r[0]):
+        found.values.append(value)
+        found.arrays.append(array)
+        found.groups.append(group)
+    return found if len(found.wrap) <= 1 else None
+
+
+def _ids(ctx: Context, found: Operands, root_ids: ir.Atom, over: Group) -> tuple[ir.Atom, ir.Atom] | None:
+    """(src ids, dst ids) of the edge op: the gathers', the reduction's for its own group, else the other's."""
+    ids = dict(found.ids)
+    if ids.setdefault(over, root_ids) is not root_ids:
+        return None
+    src = ids.get(Group.SRC, ids.get(Group.DST))
+    dst = ids.get(Group.DST, ids.get(Group.SRC))
+    return src, dst
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by, users, order = regions.links(program)
-    n = ctx.sizes.get("N")
-    replaced: dict[int, ir.Op] = {}
+    made_by, users = ir.producers(program), ir.users(program)
+    order = {id(op): i for i, op in enumerate(program.ops)}
+    plans: dict[int, tuple] = {}
     fused_away: set[int] = set()
+    for op in reversed(program.ops):
+        if id(op) in fused_away or op.prim is not segment_p or ctx.analysis.unknown(op.outputs[0]):
+            continue
+        index = op.params["index"]
+        msg, root_ids = op.inputs
+        if index not in ENDPOINTS or ctx.info(msg).residency != Residency.EDGE or ctx.info(msg).axis != 0 \
+                or not isinstance(msg, ir.Value):
+            continue
+        planned = _plan_attention(op, ctx, made_by, users, order) if op.params["kind"] == "sum" else None
+        planned = planned or _plan_reduce(op, ctx, made_by, users, order)
+        if planned is None:
+            continue
+        plans[id(op)] = planned
+        fused_away.update(id(o) for o in planned[1])
+    b = Builder(program, ctx)
     for op in program.ops:
-        reduce, init = REDUCTIONS.get(op.name, (None, None))
-        if reduce is None or not dst_scatter(op, ctx, made_by, op.name, init):
+        if id(op) in fused_away:
             continue
-        updates = op.inputs[2]
-        e, width = updates.shape[0], int(np.prod(updates.shape[1:], dtype=np.int64))
-        if updates.ndim > 2 or op.inputs[0].shape[0] != n:
-            ctx.skipped(KIND, f"segment {reduce} of {list(updates.shape)} rows: only [E, F] rows are fused "
-                              "(attention-weighted sums are fused by fuse_edge_softmax)")
+        if id(op) in plans:
+            spec, _, operands, extra_outputs = plans[id(op)]
+            b.bind(edge_op_p, operands, dict(spec=spec), outputs=list(op.outputs) + extra_outputs)
             continue
-        stored = len(users.get(updates.id, [])) != 1
-        # unit axes are free on [B, width] lanes: the [E, 1, F] that vmap's broadcasts make is an [E, F] row
-        lane_ok = lambda o: not stored and regions.is_lane_op(o) and all(
-            regions.squeezed(v.shape[1:]) in ((), (width,)) for v in o.outputs if v.shape[:1] == (e,))
-        grown = regions.grow(updates, made_by, users, lane_ok, order)
-        region = grown and regions.build(updates, *grown, made_by, ctx)
-        widths_ok = region is not None and all(
-            int(np.prod(a.shape[1:], dtype=np.int64)) in (1, width) for g in region.groups.values() for a in g)
-        src_index = region.src_index if region is not None else None
-        src_index = src_index or regions.find_index(program, ctx, "src", e, op)
-        if not widths_ok or src_index is None:
-            ctx.skipped(KIND, "messages are not a lane-wise function of gathered node rows, edge rows and "
-                              "constants")
+        b.emit(op)
+    return b.finish()
+
+
+def _layout(ctx: Context, ids: ir.Atom):
+    lay = ctx.layout_for(ctx.info(ids).edges)
+    return (tuple(lay.values), lay.tree) if lay is not None else ((), None)
+
+
+def _spec_and_operands(ctx: Context, root: ir.Op, fn: RegionFn, found: Operands, reduce: Reduce,
+                       name: str, *, wrap: bool | None = None):
+    msg, root_ids = root.inputs
+    over = Group.DST if root.params["index"] == Index.DST else Group.SRC
+    ids = _ids(ctx, found, root_ids, over)
+    if ids is None:
+        ctx.skipped(Pass.FUSE, Reason.DIFFERENT_INDICES, op=name, indices="src/dst")
+        return None
+    layout, tree = _layout(ctx, root_ids)
+    e = msg.shape[0]
+    spec = EdgeSpec(fn, tuple(found.groups), reduce, over, root.params["num_segments"], e,
+                    empty=root.params["empty"], wrap=next(iter(found.wrap), True) if wrap is None else wrap,
+                    raw_over=True, backend=ctx.backend, layout=len(layout), layout_tree=tree, name=name)
+    operands = [ids[0], ids[1], *found.arrays, *layout]
+    return spec, operands
+
+
+def _record(ctx: Context, spec: EdgeSpec, operands, layout: bool) -> None:
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands[2:2 + len(spec.groups)]]
+    choice = lowering.decide(spec, avals)
+    params = dict(choice.params)
+    if choice.impl == "kernel":
+        params["csr"] = "CSR from the GraphLayout passed in" if layout else "CSR sorted inside the program"
+    ctx.report.kernel(spec.name, ctx.backend, choice.impl, choice.code, **params)
+
+
+def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
+    msg = root.inputs[0]
+    e = msg.shape[0]
+    kind = root.params["kind"]
+    stored = [u for u in users.get(msg.id, []) if u is not root]
+    if stored:
+        ctx.skipped(Pass.FUSE, Reason.MESSAGES_STORED_ANYWAY, reduce=kind)
+        return None
+    region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order)
+    found = classify(region, ctx, made_by, e)
+    if not region.ops and (found is None or found.groups[0] not in (Group.SRC, Group.DST)):
+        return None  # a reduction of stored edge rows: nothing to fuse
+    if found is None:
+        ctx.skipped(Pass.FUSE, Reason.NOT_A_GRAPH_REDUCTION, reduce=kind, index=root.params["index"].value)
+        return None
+    fn = RegionFn(tuple(found.values), tuple(region.ops), (msg,), tuple(g == Group.SHARED for g in found.groups), e)
+    built = _spec_and_operands(ctx, root, fn, found, _REDUCE[kind], f"gather_reduce({kind})")
+    if built is None:
+        return None
+    spec, operands = built
+    extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
+    _record(ctx, spec, operands, spec.layout > 0)
+    ctx.applied(Pass.FUSE, Reason.FUSED_REDUCE, ops=len(region.ops), reduce=kind, edges=e, shape=list(msg.shape),
+                **_group_counts(found))
+    return spec, region.ops, operands, extra
+
+
+def _group_counts(found: Operands) -> dict:
+    return {f"{g.value}_operands": sum(x == g for x in found.groups) for g in Group if g != Group.ALL}
+
+
+def _extra_avals(spec: EdgeSpec, operands) -> list:
+    from jgnn.ops.edge_op import _abstract_eval
+
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands]
+    return _abstract_eval(*avals, spec=spec)[1:]
+
+
+# ---- attention -------------------------------------------------------------------------------------------------
+
+def _alpha_path(region: Region, alpha: ir.Value, msg: ir.Value) -> bool:
+    """Whether ``msg`` is linear and diagonal in ``alpha``: every op on the path from ``alpha`` is a product with
+    one factor on the path, or moves unit axes / broadcasts trailing axes; and ``msg`` starts with α's shape."""
+    on_path = {alpha.id}
+    for op in region.ops:
+        hits = [isinstance(a, ir.Value) and a.id in on_path for a in op.inputs]
+        if not any(hits):
             continue
-        layout = layout_inputs(ctx, e)
-        g = region.groups
-        backend = "xla" if reduce != "sum" else ctx.backend
-        impl = ir.opaque(functools.partial(_run, regions.evaluator(region, lanes=True), len(g["src"]),
-                                 len(g["dst"]) + len(g["const"]), len(layout), num_nodes=n, width=width,
-                                 reduce=reduce, backend=backend, out_shape=op.outputs[0].shape,
-                                 out_dtype=op.outputs[0].dtype, layout_tree=ctx.layout_tree),
-                         "gather_reduce", "node", backend)
-        inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (src_index, op.inputs[1]) \
-            + tuple(layout)
-        replaced[id(op)] = ir.Op("fused_gather_reduce", inputs, op.outputs,
-                                 {"jgnn_residency": ("node",), "jgnn_movement": "reduce"}, impl=impl, origin=KIND)
-        fused_away.update(id(o) for o in region.ops)
-        why = f"; {EXTREMUM_WHY}" if backend != ctx.backend else ""
-        ctx.report.kernels.append(KernelRecord(
-            f"gather_reduce({reduce})", backend,
-            f"{len(region.ops)} edge ops fused; {len(g['src'])} src, {len(g['dst']) + len(g['const'])} dst, "
-            f"{len(g['edge'])} edge operands; width {width}; {csr_source(backend, layout)}{why}"))
-        ctx.applied(KIND, f"segment_{reduce} over {e} edges of messages that are stored anyway (also used "
-                          "elsewhere): one walk whose backward keeps node-level values only" if stored else
-                    f"gather→{len(region.ops)} lane-wise ops→segment_{reduce} over {e} edges in one op; the "
-                    f"{list(updates.shape)} messages are never stored")
-    return regions.replace_ops(program, replaced, fused_away)
-
-
-def split_operands(args, n_src: int, n_dst: int, n_layout: int, layout_tree):
-    """(src, dst, edge, senders, receivers, layout) from a fused op's flat operands."""
-    import jax
-
-    layout = jax.tree_util.tree_unflatten(layout_tree, args[len(args) - n_layout:]) if n_layout else None
-    *operands, senders, receivers = args[:len(args) - n_layout]
-    return (operands[:n_src], operands[n_src:n_src + n_dst], operands[n_src + n_dst:], senders, receivers,
-            layout)
-
-
-def _run(edge_fn, n_src, n_dst, n_layout, *args, num_nodes, width, reduce, backend, out_shape, out_dtype,
-         layout_tree):
-    src, dst, edge, senders, receivers, layout = split_operands(args, n_src, n_dst, n_layout, layout_tree)
-    dst = tuple(regions.as_rows(x, num_nodes) for x in dst)
-    out = fused.gather_reduce(edge_fn, src, dst, edge, senders, receivers, num_nodes=num_nodes, width=width,
-                              reduce=reduce, backend=backend, layout=layout, out_dtype=out_dtype)
-    return [out.reshape(out_shape)]
-
-
-GATHER_COMPUTE = "fuse_gather_compute"
-
-
-def run_gather_compute(program: ir.Program, ctx: Context) -> ir.Program:
-    """``fuse_gather_compute``: an edge value that must exist (a program output, or read by a non-lane op),
-    computed lane-wise from gathered node rows, becomes one SDDMM-like kernel writing it edge by edge.
-
-    Only on the kernel backends: XLA already fuses a gather with the elementwise ops after it.
-    """
-    if ctx.backend == "xla":
-        return program
-    made_by, users, order = regions.links(program)
-    replaced: dict[int, ir.Op] = {}
-    fused_away: set[int] = set()
-    for op in reversed(program.ops):  # outermost roots first, so nested candidates are already claimed
-        if id(op) in fused_away or len(op.outputs) != 1 or not regions.is_lane_op(op):
+        if op.prim is lax.mul_p and sum(hits) == 1 or op.prim in _DIAGONAL and sum(hits) == 1:
+            on_path.add(op.outputs[0].id)
             continue
-        root = op.outputs[0]
-        info = ctx.info(root)
-        if info.residency != residency.EDGE or info.axis != 0 or root.ndim not in (1, 2):
-            continue
-        readers = users.get(root.id, [])
-        if readers and all(regions.is_lane_op(u) and u is not ir.OUTPUT for u in readers):
-            continue  # an inner value of a larger lane-wise region
-        e, width = root.shape[0], int(np.prod(root.shape[1:], dtype=np.int64))
-        lane_ok = lambda o, e=e, width=width: regions.is_lane_op(o) and all(
-            v.shape[1:] in ((), (1,), (width,)) for v in o.outputs if v.shape[:1] == (e,))
-        grown = regions.grow(root, made_by, users, lane_ok, order)
-        region = grown and regions.build(root, *grown, made_by, ctx)
-        if region is None or not region.ops or (region.src_index is None and region.dst_index is None):
-            continue
-        g = region.groups
-        if any(int(np.prod(a.shape[1:], dtype=np.int64)) not in (1, width) for grp in g.values() for a in grp):
-            continue
-        src_index = region.src_index or regions.find_index(program, ctx, "src", e, op)
-        dst_index = region.dst_index or regions.find_index(program, ctx, "dst", e, op)
-        if src_index is None or dst_index is None:
-            continue
-        layout = layout_inputs(ctx, e)
-        impl = ir.opaque(functools.partial(_run_gather_compute, regions.evaluator(region, lanes=True), len(g["src"]),
-                                           len(g["dst"]) + len(g["const"]), len(layout), num_nodes=ctx.sizes["N"],
-                                           width=width, backend=ctx.backend, out_shape=root.shape,
-                                           out_dtype=root.dtype, layout_tree=ctx.layout_tree),
-                         "gather_compute", "edge", ctx.backend)
-        inputs = tuple(g["src"] + g["dst"] + g["const"] + g["edge"]) + (src_index, dst_index) + tuple(layout)
-        replaced[id(op)] = ir.Op("fused_gather_compute", inputs, (root,), {"jgnn_residency": ("edge",)},
-                                 impl=impl, origin=GATHER_COMPUTE)
-        fused_away.update(id(o) for o in region.ops if o is not op)
-        detail = f"{len(region.ops)} edge ops, width {width}; {csr_source(ctx.backend, layout)}"
-        ctx.report.kernels.append(KernelRecord("gather_compute", ctx.backend, detail))
-        ctx.applied(GATHER_COMPUTE, f"gather→{len(region.ops)} lane-wise ops over {e} edges, written once per edge "
-                                    f"(the edge values are needed as {list(root.shape)})")
-    return regions.replace_ops(program, replaced, fused_away)
+        return False
+    return msg.id in on_path and msg.shape[:alpha.ndim] == alpha.shape
 
 
-def _run_gather_compute(edge_fn, n_src, n_dst, n_layout, *args, num_nodes, width, backend, out_shape, out_dtype,
-                        layout_tree):
-    src, dst, edge, senders, receivers, layout = split_operands(args, n_src, n_dst, n_layout, layout_tree)
-    dst = tuple(regions.as_rows(x, num_nodes) for x in dst)
-    out = fused.gather_compute(edge_fn, src, dst, edge, senders, receivers, num_nodes=num_nodes, width=width,
-                               backend=backend, layout=layout, out_dtype=out_dtype)
-    return [out.reshape(out_shape)]
+def _plan_attention(root: ir.Op, ctx: Context, made_by, users, order):
+    msg, root_ids = root.inputs
+    e = msg.shape[0]
+    if [u for u in users.get(msg.id, []) if u is not root]:
+        return None  # the weighted messages are stored anyway
+    admit = lambda o: _edge_rowwise(o, ctx, e)
+    region = grow(msg, made_by, users, lambda o: o.prim is not segment_softmax_p and admit(o), order)
+    softmax = [made_by.get(v.id) for v in region.leaves]
+    softmax = [o for o in softmax if o is not None and o.prim is segment_softmax_p]
+    if len(softmax) != 1 or not region.ops:
+        return None
+    sm = softmax[0]
+    alpha, (scores, sm_ids) = sm.outputs[0], sm.inputs
+    if sm_ids is not root_ids or sm.params["num_segments"] != root.params["num_segments"] or \
+            sm.params["index"] != root.params["index"] or [u for u in users.get(alpha.id, [])
+                                                            if id(u) not in {id(o) for o in region.ops}]:
+        return None
+    if not _alpha_path(region, alpha, msg) or not isinstance(scores, ir.Value) or [
+            u for u in users.get(scores.id, []) if u is not sm]:
+        ctx.skipped(Pass.FUSE, Reason.SOFTMAX_NOT_FUSED)
+        return None
+    score_region = grow(scores, made_by, users, admit, order, readers_allowed={id(sm)})
+    values = Region(score_region.ops + region.ops, [])
+    seen = set()
+    for v in score_region.leaves + [v for v in region.leaves if v.id != alpha.id]:
+        if v.id not in seen:
+            seen.add(v.id)
+            values.leaves.append(v)
+    found = classify(values, ctx, made_by, e)
+    if found is None or not isinstance(scores, ir.Value):
+        return None
+    ones = ir.Op(lax.broadcast_in_dim_p, (ir.Const(np.ones((), alpha.dtype)),),
+                 (ir.Value(alpha.shape, alpha.dtype),), dict(shape=alpha.shape, broadcast_dimensions=(),
+                                                              sharding=None))
+    ops = list(score_region.ops) + [ones] + [_reading(o, alpha, ones.outputs[0]) for o in region.ops]
+    whole = tuple(g == Group.SHARED for g in found.groups)
+    fn = RegionFn(tuple(found.values), tuple(ops), (scores, msg), whole, e)
+    built = _spec_and_operands(ctx, root, fn, found, Reduce.SOFTMAX, "attention", wrap=sm.params["wrap"])
+    if built is None:
+        return None
+    spec, operands = built
+    extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
+    _record(ctx, spec, operands, spec.layout > 0)
+    ctx.applied(Pass.FUSE, Reason.FUSED_ATTENTION, edges=e, scores=list(scores.shape), **_group_counts(found))
+    fused = score_region.ops + [sm] + region.ops
+    return spec, fused, operands, extra
+
+
+def _reading(op: ir.Op, old: ir.Value, new: ir.Value) -> ir.Op:
+    """``op`` reading ``new`` where it read ``old`` (a copy; the program keeps the original)."""
+    if not any(a is old for a in op.inputs):
+        return op
+    return dataclasses.replace(op, inputs=tuple(new if a is old else a for a in op.inputs))
+

@@ -13,14 +13,13 @@ Applied only when the FLOP count drops: ``rows·(d_in·d_mid + d_mid·d_out)`` a
 
 from __future__ import annotations
 
-import jax
 import numpy as np
+from jax import lax
 
 from jgnn import ir
-from jgnn.passes.context import Context, is_shared
+from jgnn.passes.context import Builder, Context
 from jgnn.passes.typed_matmul import typed_table
-
-KIND = "linear_reorder"
+from jgnn.report import Pass, Reason
 
 
 def _plain(op: ir.Op) -> bool:
@@ -36,81 +35,70 @@ def _per_row(op: ir.Op) -> bool:
         and op.inputs[0].ndim == 2
 
 
-def _row_gather(table: ir.Value, idx: ir.Value, template: ir.Op) -> list[ir.Op]:
-    """``table[idx[:, 0]]`` as a plain row gather (column 0 of a batched dynamic slice's index names the row)."""
-    ops = []
-    if idx.shape[-1] != 1:
-        col = ir.new_op(jax.lax.slice_p, [idx], dict(start_indices=(0, 0), limit_indices=(idx.shape[0], 1),
-                                                        strides=None), origin=KIND)
-        ops.append(col)
-        idx = col.outputs[0]
-    dn = jax.lax.GatherDimensionNumbers(offset_dims=tuple(range(1, table.ndim)), collapsed_slice_dims=(0,),
-                                        start_index_map=(0,))
-    params = dict(template.params, dimension_numbers=dn, slice_sizes=(1, *table.shape[1:]))
-    ops.append(ir.new_op(template.prim, [table, idx], params, origin=KIND))
-    return ops
-
-
 def _flops_before_after(rows, d_in, d_mid, d_out, k):
     return rows * (d_in * d_mid + d_mid * d_out), k * d_in * d_mid * d_out + rows * d_in * d_out
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by, users = ir.producers(program), ir.users(program)
-    dropped: set[int] = set()
-    new_ops: dict[int, list[ir.Op]] = {}
+    b = Builder(program, ctx)
     for op2 in program.ops:
-        if op2.name != "dot_general" or not isinstance(op2.inputs[0], ir.Value):
-            continue
-        op1 = made_by.get(op2.inputs[0].id)
-        if op1 is None or op1.name != "dot_general" or len(users.get(op1.outputs[0].id, [])) != 1:
-            continue
-        x, a = op1.inputs
-        b = op2.inputs[1]
-        if _plain(op1) and _plain(op2) and is_shared(ctx, a) and is_shared(ctx, b) and a.ndim == 2:
-            rows = int(np.prod(x.shape[:-1], dtype=np.int64))
-            d_in, d_mid = a.shape
-            d_out = int(np.prod(b.shape[1:], dtype=np.int64))
-            before, after = _flops_before_after(rows, d_in, d_mid, d_out, 1)
-            if after >= before:
-                ctx.skipped(KIND, f"(x @ A) @ B with shared weights: reassociating costs more ({before:.3g} vs "
-                                  f"{after:.3g} FLOPs)")
-                continue
-            ab = ir.new_op(jax.lax.dot_general_p, [a, b], dict(op2.params, dimension_numbers=(((1,), (0,)), ((), ()))),
-                           origin=KIND)
-            out = ir.new_op(jax.lax.dot_general_p, [x, ab.outputs[0]], op2.params, origin=KIND, outputs=op2.outputs)
-            new_ops[id(op2)] = [ab, out]
-            dropped.add(id(op1))
-            ctx.applied(KIND, f"(x @ A) @ B → x @ (A @ B): {before:.3g} → {after:.3g} FLOPs")
-            continue
-        ta, tb = typed_table(a, ctx, made_by), typed_table(b, ctx, made_by)
-        if not (_per_row(op1) and _per_row(op2) and ta and tb):
-            continue
-        if ctx.info(ta[1]).index != ctx.info(tb[1]).index or ta[1].shape[0] != tb[1].shape[0]:
-            ctx.skipped(KIND, "(x @ W[t]) @ a[s] through different type indices: no per-type product exists")
-            continue
-        table_a, idx, gather_a, _ = ta
-        table_b = tb[0]
-        if table_a.ndim != 3 or table_b.ndim < 2:
-            continue
-        rows, (groups, d_in, d_mid) = x.shape[0], table_a.shape
-        d_out = int(np.prod(table_b.shape[2:], dtype=np.int64))
-        before, after = _flops_before_after(rows, d_in, d_mid, d_out, groups)
+        if not _reorder(op2, ctx, made_by, users, b):
+            b.emit(op2)
+    return b.finish()
+
+
+def _reorder(op2: ir.Op, ctx: Context, made_by, users, b: Builder) -> bool:
+    if op2.prim is not lax.dot_general_p or not isinstance(op2.inputs[0], ir.Value):
+        return False
+    op1 = made_by.get(op2.inputs[0].id)
+    if op1 is None or op1.prim is not lax.dot_general_p or len(users.get(op1.outputs[0].id, [])) != 1:
+        return False
+    x, a = op1.inputs
+    w2 = op2.inputs[1]
+    if _plain(op1) and _plain(op2) and ctx.is_shared(a) and ctx.is_shared(w2) and a.ndim == 2:
+        rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+        d_in, d_mid = a.shape
+        d_out = int(np.prod(w2.shape[1:], dtype=np.int64))
+        before, after = _flops_before_after(rows, d_in, d_mid, d_out, 1)
+        form = "(x @ A) @ B with shared weights"
         if after >= before:
-            ctx.skipped(KIND, f"(x @ W[t]) @ a[t]: the per-type product costs more ({before:.3g} vs {after:.3g})")
-            continue
-        per_type = ir.new_op(jax.lax.dot_general_p, [table_a, table_b],
-                             dict(op2.params, dimension_numbers=(((2,), (1,)), ((0,), (0,)))), origin=KIND)
-        gather_ops = _row_gather(per_type.outputs[0], idx, gather_a)
-        out = ir.new_op(jax.lax.dot_general_p, [x, gather_ops[-1].outputs[0]], op2.params, origin=KIND,
-                        outputs=op2.outputs)
-        new_ops[id(op2)] = [per_type, *gather_ops, out]
-        dropped.add(id(op1))
-        ctx.applied(KIND, f"(x @ W[{ctx.info(idx).index}]) @ a[{ctx.info(idx).index}] → x @ (W @ a)[type]: "
-                          f"{before:.3g} → {after:.3g} FLOPs; the [{rows}, {d_mid}] intermediate is never built")
-    ops = []
-    for op in program.ops:
-        if id(op) in dropped:
-            continue
-        ops.extend(new_ops.get(id(op), [op]))
-    return ir.Program(program.inputs, program.outputs, ops)
+            ctx.skipped(Pass.LINEAR_REORDER, Reason.REASSOCIATION_COSTS_MORE, form=form, before=before, after=after)
+            return False
+        (ab,) = b.bind(lax.dot_general_p, [a, w2], dict(op2.params, dimension_numbers=(((1,), (0,)), ((), ()))))
+        b.bind(lax.dot_general_p, [x, ab], op2.params, outputs=op2.outputs)
+        ctx.applied(Pass.LINEAR_REORDER, Reason.REASSOCIATED, form=form, to="x @ (A @ B)", before=before,
+                    after=after)
+        return True
+    ta, tb = typed_table(a, ctx, made_by), typed_table(w2, ctx, made_by)
+    if not (_per_row(op1) and _per_row(op2) and ta and tb):
+        return False
+    if ctx.info(ta[1]).index != ctx.info(tb[1]).index or ta[1].shape[0] != tb[1].shape[0]:
+        ctx.skipped(Pass.LINEAR_REORDER, Reason.DIFFERENT_TYPE_INDICES)
+        return False
+    table_a, column, gather_a = ta
+    table_b = tb[0]
+    if table_a.ndim != 3 or table_b.ndim < 2:
+        return False
+    rows, (groups, d_in, d_mid) = x.shape[0], table_a.shape
+    d_out = int(np.prod(table_b.shape[2:], dtype=np.int64))
+    before, after = _flops_before_after(rows, d_in, d_mid, d_out, groups)
+    index = ctx.info(column).index.value
+    form = f"(x @ W[{index}]) @ a[{index}]"
+    if after >= before:
+        ctx.skipped(Pass.LINEAR_REORDER, Reason.REASSOCIATION_COSTS_MORE, form=form, before=before, after=after)
+        return False
+    (per_type,) = b.bind(lax.dot_general_p, [table_a, table_b],
+                         dict(op2.params, dimension_numbers=(((2,), (1,)), ((0,), (0,)))))
+    if column.ndim == 2 and column.shape[-1] != 1:
+        (column,) = b.bind(lax.slice_p, [column], dict(start_indices=(0, 0), limit_indices=(column.shape[0], 1),
+                                                        strides=None))
+    table = per_type
+    dn = lax.GatherDimensionNumbers(offset_dims=tuple(range(1, table.ndim)), collapsed_slice_dims=(0,),
+                                    start_index_map=(0,))
+    (rows_w,) = b.bind(lax.gather_p, [table, column], dict(gather_a.params, dimension_numbers=dn,
+                                                           slice_sizes=(1, *table.shape[1:])))
+    b.bind(lax.dot_general_p, [x, rows_w], op2.params, outputs=op2.outputs)
+    ctx.applied(Pass.LINEAR_REORDER, Reason.REASSOCIATED, form=form, to="x @ (W @ a)[type]", before=before,
+                after=after)
+    return True

@@ -4,19 +4,21 @@
 * ``(a ± b) @ W`` → ``a @ W ± b @ W`` (UGCG's propagation-postponed reorganisation).
 
 Legal when ``W`` is shared and the split dimension is contracted. Done only when the pieces come through
-different indices (or live at different residencies): then broadcast reordering can lift each piece to the
-nodes, and CSE merges ``(h[src] @ W)`` with ``(h[dst] @ W)``.
+different indices (or live at different residencies): then broadcast reordering can lift each piece to its own
+rows, and CSE merges ``(h[src] @ W)`` with ``(h[dst] @ W)``. A piece that is a constant (``x[s] + 1.0``) is
+split off only when it has the rank of the other operand, so no rank-0 matmul is ever made.
 """
 
 from __future__ import annotations
 
-import jax
-import numpy as np
+from jax import lax
 
 from jgnn import ir
-from jgnn.passes.context import Context, is_shared
+from jgnn.ops.gather import gather_p
+from jgnn.passes.context import Builder, Context
+from jgnn.report import Pass, Reason
 
-KIND = "linear_split"
+_THROUGH = (lax.reshape_p, lax.broadcast_in_dim_p, lax.convert_element_type_p, lax.dot_general_p)
 
 
 def _where(ctx: Context, atom: ir.Atom, made_by: dict[int, ir.Op]) -> tuple:
@@ -24,17 +26,33 @@ def _where(ctx: Context, atom: ir.Atom, made_by: dict[int, ir.Op]) -> tuple:
     if isinstance(atom, ir.Const):
         return ("const",)
     op = made_by.get(atom.id)
-    if op is not None and op.name == "gather":
-        idx = ctx.info(op.inputs[1])
-        if idx.index:
-            return ("gather", idx.index, op.inputs[1].shape[0])
-    if op is not None and op.name in ("reshape", "broadcast_in_dim", "convert_element_type", "dot_general"):
+    if op is not None and op.prim is gather_p:
+        return ("gather", op.params["index"].value, op.inputs[1].id)
+    if op is not None and op.prim in _THROUGH:
         return _where(ctx, op.inputs[0], made_by)
     info = ctx.info(atom)
-    return (info.residency, info.index)
+    return (info.residency.value, info.index, info.graph)
 
 
-def _split_concat(op, cat, ctx, made_by):
+def run(program: ir.Program, ctx: Context) -> ir.Program:
+    made_by = ir.producers(program)
+    b = Builder(program, ctx)
+
+    def emit(op: ir.Op) -> None:
+        new = _split(op, ctx, made_by, b)
+        if new is None:
+            b.emit(op)
+            return
+        for o in new:  # a piece may split again: concat(x_i, x_j - x_i) @ W needs both rules (EdgeConv)
+            made_by.update((v.id, o) for v in o.outputs)
+            emit(o)
+
+    for op in program.ops:
+        emit(op)
+    return b.finish()
+
+
+def _split_concat(op: ir.Op, cat: ir.Op, ctx: Context):
     """Pieces of ``concat`` along a contracted lhs dim, with the matching slices of the shared rhs."""
     (lc, rc), _ = op.params["dimension_numbers"]
     dim = cat.params["dimension"]
@@ -47,63 +65,48 @@ def _split_concat(op, cat, ctx, made_by):
         width = piece.shape[dim]
         lo, hi = [0] * w.ndim, list(w.shape)
         lo[rdim], hi[rdim] = start, start + width
-        sl = ir.new_op(jax.lax.slice_p, [w], dict(start_indices=tuple(lo), limit_indices=tuple(hi), strides=None),
-                       origin=KIND)
+        sl = ir.new_op(lax.slice_p, [w], dict(start_indices=tuple(lo), limit_indices=tuple(hi), strides=None))
+        ctx.analysis.info[sl.outputs[0].id] = ctx.info(w)  # a slice of a weight is a weight
         new_ops.append(sl)
-        ctx.analysis.info[sl.outputs[0].id] = ctx.info(w)  # a slice of a weight is a weight: pieces may split again
         pieces.append((piece, sl.outputs[0]))
         start += width
     return pieces, new_ops
 
 
-def run(program: ir.Program, ctx: Context) -> ir.Program:
-    made_by = ir.producers(program)
-    ops: list[ir.Op] = []
-
-    def emit(op: ir.Op) -> None:
-        new = _split(op, ctx, made_by)
-        if new is None:
-            ops.append(op)
-            return
-        for o in new:  # a piece may split again: concat(x_i, x_j - x_i) @ W needs both rules (EdgeConv)
-            made_by.update((v.id, o) for v in o.outputs)
-            emit(o)
-
-    for op in program.ops:
-        emit(op)
-    return ir.Program(program.inputs, program.outputs, ops)
-
-
-def _split(op: ir.Op, ctx: Context, made_by) -> list[ir.Op] | None:
+def _split(op: ir.Op, ctx: Context, made_by, b: Builder) -> list[ir.Op] | None:
     """The ops replacing ``op``, or None to keep it."""
-    lhs_op = made_by.get(op.inputs[0].id) if op.name == "dot_general" and isinstance(
-        op.inputs[0], ir.Value) else None
-    if lhs_op is None or not is_shared(ctx, op.inputs[1]) or lhs_op.name not in ("concatenate", "add", "sub"):
+    if op.prim is not lax.dot_general_p or not isinstance(op.inputs[0], ir.Value):
         return None
+    lhs_op = made_by.get(b.read(op.inputs[0]).id)
+    if lhs_op is None or not ctx.is_shared(op.inputs[1]) or lhs_op.prim not in (
+            lax.concatenate_p, lax.add_p, lax.sub_p):
+        return None
+    if any(a.ndim != op.inputs[0].ndim for a in lhs_op.inputs):
+        return None  # a broadcast scalar (x[s] + 1.0): a rank-0 piece cannot be a matmul operand
     wheres = {_where(ctx, a, made_by) for a in lhs_op.inputs}
     if len(wheres) < 2:
-        ctx.skipped(KIND, f"{lhs_op.name} feeding dot_general: operands come through the same index, "
-                          "nothing to split")
+        ctx.skipped(Pass.LINEAR_SPLIT, Reason.SAME_PROVENANCE, op=lhs_op.name)
         return None
-    if lhs_op.name == "concatenate":
-        split = _split_concat(op, lhs_op, ctx, made_by)
+    if lhs_op.prim is lax.concatenate_p:
+        split = _split_concat(op, lhs_op, ctx)
         if split is None:
-            ctx.skipped(KIND, "concatenate feeding dot_general along a dimension that is not contracted")
+            ctx.skipped(Pass.LINEAR_SPLIT, Reason.SPLIT_DIM_NOT_CONTRACTED)
             return None
         pieces, new_ops = split
-        combine = [jax.lax.add_p] * (len(pieces) - 1)
+        combine = [lax.add_p] * (len(pieces) - 1)
     else:
         pieces, new_ops = [(a, op.inputs[1]) for a in lhs_op.inputs], []
-        combine = [jax.lax.add_p if lhs_op.name == "add" else jax.lax.sub_p]
-    partial = [ir.new_op(jax.lax.dot_general_p, [a, w], op.params, origin=KIND) for a, w in pieces]
+        combine = [lax.add_p if lhs_op.prim is lax.add_p else lax.sub_p]
+    partial = [ir.new_op(lax.dot_general_p, [a, w], op.params) for a, w in pieces]
     new_ops += partial
     acc = partial[0].outputs[0]
     for prim, nxt in zip(combine, partial[1:], strict=True):
         last = nxt is partial[-1]
-        add = ir.new_op(prim, [acc, nxt.outputs[0]], {}, origin=KIND, outputs=op.outputs if last else None)
+        add = ir.new_op(prim, [acc, nxt.outputs[0]], {}, outputs=op.outputs if last else None)
         new_ops.append(add)
         acc = add.outputs[0]
-    saving = f"{len(pieces)} matmuls of widths {[int(np.prod(a.shape[1:])) for a, _ in pieces]}"
-    ctx.applied(KIND, f"{lhs_op.name}({', '.join('/'.join(map(str, w)) for w in sorted(wheres, key=str))}) @ W "
-                      f"split into {saving}, so each can move to the nodes")
+    code = Reason.SPLIT_CONCAT if lhs_op.prim is lax.concatenate_p else Reason.SPLIT_SUM
+    widths = [int(a.shape[-1]) if a.ndim else 1 for a, _ in pieces]
+    ctx.applied(Pass.LINEAR_SPLIT, code, pieces=", ".join("/".join(map(str, w)) for w in sorted(wheres, key=str)),
+                n=len(pieces), widths=widths)
     return new_ops

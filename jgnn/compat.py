@@ -1,0 +1,143 @@
+"""Every JAX version difference jgnn's compiler depends on (JAX 0.10 to the newest release).
+
+`pallas_kernels.compat` holds the Pallas ones; that package imports nothing from jgnn, so each keeps its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.extend import core as jcore
+
+
+def _primitive_of(fn: Callable, *args) -> jcore.Primitive:
+    return jax.make_jaxpr(fn)(*args).jaxpr.eqns[0].primitive
+
+
+def _first_primitive(name: str) -> jcore.Primitive | None:
+    """``<name>_p`` from the modules that have held lax primitives across versions."""
+    import jax._src.ad_util as ad_util
+    import jax._src.lax.lax as lax_internal
+    import jax._src.lax.slicing as slicing
+
+    for module in (lax, lax_internal, slicing, ad_util):
+        prim = getattr(module, f"{name}_p", None)
+        if prim is not None:
+            return prim
+    return None
+
+
+def primitives(names: str) -> list[jcore.Primitive]:
+    """The primitive objects for space-separated names, skipping those this JAX version lacks."""
+    found = (_first_primitive(n) for n in names.split())
+    return [p for p in found if p is not None]
+
+
+# Call primitives: found by tracing, since their names changed (``pjit`` became ``jit``, ``remat`` ``remat2``).
+def _custom_vjp_primitive() -> jcore.Primitive:
+    @jax.custom_vjp
+    def f(x):
+        return x
+
+    f.defvjp(lambda x: (x, None), lambda _, g: (g,))
+    return _primitive_of(f, 1.0)
+
+
+JIT = _primitive_of(jax.jit(lambda x: x), 1.0)
+CHECKPOINT = _primitive_of(jax.checkpoint(lambda x: x * 2.0), 1.0)
+CLOSED_CALL = getattr(jcore.primitives, "closed_call_p", None)
+CUSTOM_JVP = _primitive_of(jax.nn.relu, 1.0)
+CUSTOM_VJP = _custom_vjp_primitive()
+
+# Inlined by jgnn's IR: call primitive -> the param holding the callee's jaxpr.
+INLINED_CALLS = {p: k for p, k in ((JIT, "jaxpr"), (CHECKPOINT, "jaxpr"), (CLOSED_CALL, "call_jaxpr"))
+                 if p is not None}
+# Kept whole (their derivative rules must run); their bodies are analysed.
+CUSTOM_CALLS = frozenset({CUSTOM_JVP, CUSTOM_VJP})
+
+
+def custom_body(eqn_params: dict) -> Any:
+    """The callee of a custom_jvp/custom_vjp call (``call_jaxpr`` or ``fun_jaxpr`` by version)."""
+    for key in ("call_jaxpr", "fun_jaxpr"):
+        if key in eqn_params:
+            return eqn_params[key]
+    return None
+
+
+def bind(prim: jcore.Primitive, params: dict, args) -> Any:
+    """Bind ``prim`` as ``jax.core.eval_jaxpr`` does.
+
+    ``get_bind_params`` returned ``(subfuns, params)`` before JAX 0.10 and returns params with the subfuns
+    folded in since.
+    """
+    bound = prim.get_bind_params(params)
+    if isinstance(bound, tuple) and len(bound) == 2 and isinstance(bound[1], dict):
+        subfuns, bound = bound
+        return prim.bind(*subfuns, *args, **bound)
+    return prim.bind(*args, **bound)
+
+
+def shaped(shape, dtype, like=None) -> jax.core.ShapedArray:
+    """A ShapedArray, keeping the varying-manual-axes annotation of ``like`` where this JAX has one (shard_map
+    checks it)."""
+    vma = getattr(like, "vma", None)
+    if vma is not None:
+        try:
+            return jax.core.ShapedArray(shape, dtype, vma=vma)
+        except TypeError:  # pragma: no cover - a JAX without vma
+            pass
+    return jax.core.ShapedArray(shape, dtype)
+
+
+def joined_vma(avals) -> Any:
+    sets = [getattr(a, "vma", None) for a in avals]
+    sets = [s for s in sets if s is not None]
+    return frozenset().union(*sets) if sets else None
+
+
+def shaped_like(shape, dtype, avals) -> jax.core.ShapedArray:
+    vma = joined_vma(avals)
+    if vma is not None:
+        try:
+            return jax.core.ShapedArray(shape, dtype, vma=vma)
+        except TypeError:  # pragma: no cover
+            pass
+    return jax.core.ShapedArray(shape, dtype)
+
+
+def dce_reads(closed: jcore.ClosedJaxpr, n_inputs: int) -> list[bool] | None:
+    """Which of the first ``n_inputs`` inputs a jaxpr's outputs depend on (JAX's internal DCE); None when this
+    JAX moved it."""
+    try:
+        from jax._src.interpreters.partial_eval import dce_jaxpr
+    except ImportError:  # pragma: no cover
+        return None
+    return list(dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))[1])[:n_inputs]
+
+
+def apply_primitive(prim: jcore.Primitive, *args, **params):
+    """Run a primitive eagerly through its lowering, compiled once per params (what ``def_impl`` of a lowered
+    primitive needs)."""
+    from jax._src import dispatch
+
+    return dispatch.apply_primitive(prim, *args, **params)
+
+
+def zero_tangent(x):
+    """JAX's symbolic zero tangent of a primal value (``ad.Zero`` of its tangent aval)."""
+    from jax.interpreters import ad
+
+    return ad.Zero(jax.typeof(x).to_tangent_aval())
+
+
+try:  # the marker for "this argument has no batch axis" in batching rules
+    from jax._src.interpreters.batching import not_mapped
+except ImportError:  # pragma: no cover
+    not_mapped = None
+
+float0 = jax.dtypes.float0
+accumulation_floor = jnp.float32

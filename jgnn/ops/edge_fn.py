@@ -1,0 +1,373 @@
+"""Per-edge functions: what a fused edge op computes for each edge, and their derivatives.
+
+An `EdgeFn` maps the rows of its operands for a block of ``B`` edges (``[B, *trailing]`` arrays; operands of
+the ``shared`` group arrive whole) to message rows ``[B, *trailing]``. The block size is free: the same
+function runs over all edges at once, over edge blocks, or inside a Pallas kernel over a chunk of a CSR row.
+
+* `RegionFn` is a region of the traced program (the ops between the gathers and the reduction), re-run on any
+  number of rows by adjusting the params that hold the row count (`jgnn.facts` ``resize`` rules).
+* `Jvp`, `Vjp` and the tangent functions of the max/min and softmax reductions are *derived* from another
+  `EdgeFn` by ``jax.jvp``/``jax.vjp`` of its ``apply``, so they work in every mode the base works in: the
+  derivative rules of `jgnn.ops.edge_op` build them, and one definition of each semantics serves every backend.
+
+``lanes=True`` is the Pallas kernels' contract: each operand is a float ``[B, W]`` tile (zero-padded lanes,
+width-1 operands already broadcast), and ops that only move unit axes are identities.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jgnn import compat, facts, ir
+
+
+class EdgeFn:
+    """Base class (see module docstring). Subclasses are frozen dataclasses compared by identity."""
+
+    n_in: int
+
+    def apply(self, rows: Sequence[Any], *, lanes: bool = False) -> list[Any]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RegionFn(EdgeFn):
+    """``ops`` of a traced program computing ``outputs`` from ``inputs`` (one per operand, in operand order).
+
+    ``whole``: per input, whether it arrives without a row axis (a shared operand). ``rows`` is the number of
+    rows the region was traced with: params holding that length are resized to the block's.
+    """
+
+    inputs: tuple[ir.Value, ...]
+    ops: tuple[ir.Op, ...]
+    outputs: tuple[ir.Atom, ...]
+    whole: tuple[bool, ...]
+    rows: int
+
+    @property
+    def n_in(self) -> int:
+        return len(self.inputs)
+
+    def apply(self, rows, *, lanes=False):
+        env = {v.id: x for v, x in zip(self.inputs, rows, strict=True)}
+        block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
+
+        def read(a):
+            return a.value if isinstance(a, ir.Const) else env[a.id]
+
+        for op in self.ops:
+            args = [read(a) for a in op.inputs]
+            if lanes and op.prim in facts.SHAPE_ONLY:
+                # On [B, W] tiles a unit-axis reshape is the identity, and the kernel already broadcast shared rows.
+                out = args[0]
+            elif block != self.rows and op.outputs[0].shape[:1] == (self.rows,):
+                out = compat.bind(op.prim, facts.resize(op, block), args)
+            else:
+                out = compat.bind(op.prim, op.params, args)
+            outs = list(out) if op.prim.multiple_results else [out]
+            env.update((v.id, x) for v, x in zip(op.outputs, outs, strict=True))
+        return [read(a) for a in self.outputs]
+
+    def describe(self) -> str:
+        return f"{len(self.ops)} ops"
+
+
+def _zeros_like_rows(x):
+    return jnp.zeros(np.shape(x), x.dtype)
+
+
+def _tangent_zero(x):
+    dtype = jnp.result_type(x)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        return np.zeros(np.shape(x), compat.float0)
+    return jnp.zeros(np.shape(x), dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Jvp(EdgeFn):
+    """Tangent rows of ``base``: operands are ``base``'s, then one tangent per position in ``slots``."""
+
+    base: EdgeFn
+    slots: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + len(self.slots)
+
+    def apply(self, rows, *, lanes=False):
+        primals, tangents = list(rows[:self.base.n_in]), rows[self.base.n_in:]
+
+        def at(*moving):
+            args = list(primals)
+            for k, x in zip(self.slots, moving, strict=True):
+                args[k] = x
+            return self.base.apply(args, lanes=lanes)
+
+        _, out = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
+        return list(out)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Vjp(EdgeFn):
+    """Cotangent rows for the operands ``wrt`` of ``base`` (linear in them), given ``base``'s other operands and
+    one cotangent row per output (last). The ``wrt`` operands are not passed: a linear function's pullback does
+    not depend on where it is taken, so zeros stand in for them.
+    """
+
+    base: EdgeFn
+    wrt: tuple[int, ...]
+    shapes: tuple[jax.ShapeDtypeStruct, ...]  # per base operand: its trailing shape/dtype (no row axis if any)
+    whole: tuple[bool, ...]  # per base operand, then per cotangent: arrives without a row axis
+    n_out: int
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in - len(self.wrt) + self.n_out
+
+    def apply(self, rows, *, lanes=False):
+        known = list(rows[:len(rows) - self.n_out])
+        cts = list(rows[len(rows) - self.n_out:])
+        kept = [k for k in range(self.base.n_in) if k not in self.wrt]
+        with_rows = [x for x, w in zip(known + cts, [self.whole[k] for k in kept] + list(self.whole[self.base.n_in:]),
+                                       strict=True) if not w]
+        block = np.shape(with_rows[0])[0]
+        zeros = [jnp.zeros(self.shapes[k].shape if self.whole[k] else (block,) + tuple(self.shapes[k].shape),
+                           self.shapes[k].dtype) for k in self.wrt]
+        it = iter(known)
+        args = [None] * self.base.n_in
+        for k in range(self.base.n_in):
+            args[k] = zeros[self.wrt.index(k)] if k in self.wrt else next(it)
+
+        def at(*moving):
+            full = list(args)
+            for k, x in zip(self.wrt, moving, strict=True):
+                full[k] = x
+            return self.base.apply(full, lanes=lanes)
+
+        outs, pull = jax.vjp(at, *zeros)
+        cts = [jnp.broadcast_to(c, o.shape).astype(o.dtype) for c, o in zip(cts, outs, strict=True)]
+        return list(pull(cts))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Scaled(EdgeFn):
+    """``base``'s rows times a per-row factor (the last operand, e.g. ``1 / max(count, 1)`` for a mean)."""
+
+    base: EdgeFn
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + 1
+
+    def apply(self, rows, *, lanes=False):
+        scale = rows[-1]
+        return [y * _trail(scale, y).astype(y.dtype) for y in self.base.apply(rows[:-1], lanes=lanes)]
+
+
+def _trail(x, like):
+    """``x`` with trailing unit axes so it broadcasts against ``like`` row by row."""
+    return jnp.reshape(x, np.shape(x) + (1,) * (np.ndim(like) - np.ndim(x)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ExtremumTangent(EdgeFn):
+    """The tangent of a segment max/min, as JAX's scatter-max rule defines it: each edge attaining its row's
+    extremum passes its tangent times ``1 / (ties + retained)``; the others pass 0.
+
+    Operands: ``base``'s, tangents for ``slots``, then whether the edge attains the extremum (saved by the forward
+    op: comparing recomputed values with the saved extremum is not bit-exact across separately compiled
+    computations), and the row's ``ties + retained``.
+    """
+
+    base: EdgeFn
+    slots: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + len(self.slots) + 2
+
+    def apply(self, rows, *, lanes=False):
+        n = self.base.n_in
+        primals, tangents, hit, denom = rows[:n], rows[n:-2], rows[-2], rows[-1]
+
+        def at(*moving):
+            args = list(primals)
+            for k, x in zip(self.slots, moving, strict=True):
+                args[k] = x
+            return self.base.apply(args, lanes=lanes)
+
+        _, (dy,) = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
+        hit = hit if hit.dtype == jnp.bool_ else hit != 0
+        share = jnp.where(hit, 1.0 / jnp.where(hit, denom, 1.0), 0.0)
+        return [(dy * share.astype(dy.dtype)).astype(dy.dtype)]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SoftmaxTangent(EdgeFn):
+    """The tangent of ``out_v = Σ_e softmax_v(s)_e · V_e`` (``base`` gives ``(s [B, H], V [B, H, ...])``):
+    ``Σ_e α_e (ds_e (V_e − out_v) + dV_e)`` with ``α_e = exp(s_e − m_v) / l_v``.
+
+    Operands: ``base``'s, tangents for ``slots``, then the row's ``m``, ``l`` and ``out``.
+    """
+
+    base: EdgeFn
+    slots: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + len(self.slots) + 3
+
+    def apply(self, rows, *, lanes=False):
+        n = self.base.n_in
+        primals, tangents, m, l, out = rows[:n], rows[n:-3], rows[-3], rows[-2], rows[-1]
+
+        def at(*moving):
+            args = list(primals)
+            for k, x in zip(self.slots, moving, strict=True):
+                args[k] = x
+            return self.base.apply(args, lanes=lanes)
+
+        (s, v), (ds, dv) = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
+        alpha = softmax_weight(s, m, l)
+        msg = _trail(ds, v) * (v - out) + dv
+        return [(_trail(alpha, v) * msg).astype(v.dtype)]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NormTangent(EdgeFn):
+    """The tangent of a softmax normaliser ``l_v = Σ_e exp(s_e − m_v)``, with the max ``m`` held fixed (the
+    softmax does not depend on it): ``exp(s_e − m_v) · ds_e``. Operands: ``base``'s, tangents, then ``m``."""
+
+    base: EdgeFn
+    slots: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + len(self.slots) + 1
+
+    def apply(self, rows, *, lanes=False):
+        n = self.base.n_in
+        primals, tangents, m = rows[:n], rows[n:-1], rows[-1]
+
+        def at(*moving):
+            args = list(primals)
+            for k, x in zip(self.slots, moving, strict=True):
+                args[k] = x
+            return self.base.apply(args, lanes=lanes)[0]
+
+        s, ds = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
+        return [jnp.exp(s - m) * ds]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Zeroed(EdgeFn):
+    """``base`` with the rows of some operands replaced by zeros on edges that a forward reduction dropped (ids
+    out of range): the cotangent those edges got. The mask is the last operand (one bool per edge)."""
+
+    base: EdgeFn
+    positions: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + 1
+
+    def apply(self, rows, *, lanes=False):
+        keep = rows[-1] if rows[-1].dtype == jnp.bool_ else rows[-1] != 0
+        args = list(rows[:-1])
+        for k in self.positions:
+            args[k] = jnp.where(_trail(keep, args[k]), args[k], jnp.zeros((), args[k].dtype))
+        return self.base.apply(args, lanes=lanes)
+
+
+def softmax_weight(s, m, l):
+    """``exp(s − m) / l``: one edge's softmax weight from its row's max and normaliser (both saved per node, not
+    a log-sum-exp: ``m + log l`` loses ``log l`` when ``m`` is large, e.g. −1e9 masks in float32)."""
+    return jnp.exp(s - m) / l
+
+
+def out_avals(fn: EdgeFn, operand_avals: Sequence[jax.ShapeDtypeStruct], whole: Sequence[bool],
+              rows: int) -> list[jax.ShapeDtypeStruct]:
+    """Trailing shapes and dtypes of ``fn``'s outputs: ``[rows, ...]`` per output."""
+    specs = [a if w else jax.ShapeDtypeStruct((rows,) + tuple(a.shape), a.dtype)
+             for a, w in zip(operand_avals, whole, strict=True)]
+    return list(jax.eval_shape(lambda *r: fn.apply(r), *specs))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Batched(EdgeFn):
+    """``base`` under ``vmap``: operand ``k`` carries a batch axis at ``axes[k]`` (1 for rows, 0 for a shared
+    operand; None: not batched). Outputs carry it at ``out_axis`` (1 for rows, 0 for outputs without a row axis).
+    """
+
+    base: EdgeFn
+    axes: tuple[int | None, ...]
+    out_axis: int
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in
+
+    def apply(self, rows, *, lanes=False):
+        return list(jax.vmap(lambda *r: self.base.apply(r, lanes=lanes), in_axes=list(self.axes),
+                             out_axes=self.out_axis)(*rows))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Pruned(EdgeFn):
+    """``base`` without the operands it never reads (``keep[k]`` False): zeros stand in for them, so an op that
+    does not need an edge array does not take it, and a gradient does not keep it."""
+
+    base: EdgeFn
+    keep: tuple[bool, ...]
+    shapes: tuple[jax.ShapeDtypeStruct, ...]  # trailing shape/dtype of every base operand
+    whole: tuple[bool, ...]
+
+    @property
+    def n_in(self) -> int:
+        return sum(self.keep)
+
+    def apply(self, rows, *, lanes=False):
+        it = iter(rows)
+        with_rows = [x for x, k, w in zip(rows, [k for k in self.keep if k], [w for w, k in zip(
+            self.whole, self.keep, strict=True) if k], strict=True) if not w]
+        block = np.shape(with_rows[0])[0] if with_rows else None
+        args = []
+        for k, s, w in zip(self.keep, self.shapes, self.whole, strict=True):
+            if k:
+                args.append(next(it))
+            else:
+                args.append(jnp.zeros(s.shape if w or block is None else (block,) + tuple(s.shape), s.dtype))
+        return self.base.apply(args, lanes=lanes)
+
+
+def reads(fn: EdgeFn, shapes, whole, rows: int) -> list[bool]:
+    """For each operand of ``fn``: whether its outputs depend on it (JAX's dead-code elimination of a trace)."""
+    specs = [s if w else jax.ShapeDtypeStruct((rows,) + tuple(s.shape), s.dtype)
+             for s, w in zip(shapes, whole, strict=True)]
+    closed = jax.make_jaxpr(lambda *r: fn.apply(r))(*specs)
+    used = compat.dce_reads(closed, len(specs))
+    return [True] * len(specs) if used is None else used
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PyFn(EdgeFn):
+    """A Python function of row blocks (``f(*rows) -> list``), row-polymorphic by construction."""
+
+    f: Any
+    arity: int
+
+    @property
+    def n_in(self) -> int:
+        return self.arity
+
+    def apply(self, rows, *, lanes=False):
+        return list(self.f(*rows))

@@ -1,0 +1,447 @@
+"""``edge_op``: one fused gather → per-edge compute → reduce, as a JAX primitive described by an `EdgeSpec`.
+
+``edge_op(src_ids, dst_ids, *operands, *layout, spec=...)`` computes, for every edge ``e``::
+
+    rows_e = (x[src_e] for x in the src operands, x[dst_e] for dst operands, x[e] for edge operands, shared ones)
+    y_e    = spec.fn(rows_e)                                   (`jgnn.ops.edge_fn`)
+
+and reduces the ``y_e`` over ``spec.over``:
+
+* ``Reduce.NONE``: one row per edge (``over=EDGE``, an SDDMM);
+* ``SUM``/``MEAN``/``MAX``/``MIN``: into the rows of each edge's destination (``over=DST``) or source
+  (``over=SRC``), as `jgnn.ops.segment` does (MEAN also returns the count per row; MAX/MIN with ``hits``
+  also return, per edge, whether it attains its row's extremum: what their derivative reads);
+* ``SUM`` over ``ALL``: one value summed over every edge (the cotangent of a shared operand);
+* ``SOFTMAX``: ``fn`` gives ``(s, V)``; ``out_v = Σ_e softmax_v(s)_e · V_e`` (attention), also returning the
+  per-row max ``m`` and normaliser ``l = Σ_e exp(s_e − m_v)``.
+
+Gathers follow jnp indexing (negative ids wrapped when ``spec.wrap``, then clamped). A forward reduction drops
+edges whose raw ``over`` id is out of range (``spec.raw_over``), as ``jax.ops.segment_sum`` does; the
+reductions that transposition makes reduce by the rows the gathers read (clamped), as a gather's transpose does.
+
+The semantics is `reference`, term by term the program the op replaces; every lowering (`jgnn.ops.lowering`)
+agrees with it. Derivatives are rules on the primitive: the JVP of every reduction is a ``SUM`` edge op (for
+max/min and softmax, the tangent functions of `jgnn.ops.edge_fn` with per-row statistics as operands), and the
+transpose of a ``SUM``/``NONE`` op is one edge op per operand group, reducing over that group's rows. So
+``grad``, ``jvp``, ``linearize``, ``vmap`` and ``checkpoint`` all work, no edge-sized value is ever kept for the
+backward pass, and one definition of each reduction serves the XLA and Pallas backends alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.ad_checkpoint import checkpoint_name
+from jax.extend import core as jcore
+from jax.interpreters import ad, batching, mlir
+
+from jgnn import compat, facts
+from jgnn.facts import Info
+from jgnn.ops import edge_fn as ef
+from jgnn.ops.gather import normalize
+from jgnn.ops.segment import accumulation_dtype, identity, materialize, mean_dtype
+from jgnn.roles import Group, Movement, Residency
+
+# Names a training step's recomputation policy sees (`jgnn.remat`): per-row statistics of a reduction (softmax
+# max and normaliser, output, counts) and the per-edge masks of the edges attaining a max/min.
+STATS_NAME = "jgnn_stats"
+EDGE_MASK_NAME = "jgnn_edge_mask"
+
+
+class Reduce(enum.StrEnum):
+    NONE = "none"
+    SUM = "sum"
+    MEAN = "mean"
+    MAX = "max"
+    MIN = "min"
+    SOFTMAX = "softmax"
+
+
+ROWWISE = (Group.SRC, Group.DST, Group.EDGE)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EdgeSpec:
+    """Everything an edge op is, besides its operands (see module docstring).
+
+    ``num_segments``: rows of the reduced outputs. ``num_edges``: E. ``empty``: max/min of a row without edges,
+    ``"zero"`` or ``"identity"``. ``backend``: ``xla``, ``pallas`` or ``pallas_interpret`` (`jgnn.ops.lowering`
+    decides how, per op). ``layout``: how many trailing operands are `GraphLayout` leaves.
+    ``name`` says what the op came from, for reports.
+    """
+
+    fn: ef.EdgeFn
+    groups: tuple[Group, ...]
+    reduce: Reduce
+    over: Group
+    num_segments: int
+    num_edges: int
+    empty: str = "zero"
+    wrap: bool = True
+    raw_over: bool = True
+    backend: str = "xla"
+    hits: bool = False
+    layout: int = 0
+    layout_tree: object = None
+    name: str = "edge_op"
+
+    def replace(self, **changes) -> EdgeSpec:
+        return dataclasses.replace(self, **changes)
+
+
+edge_op_p = jcore.Primitive("jgnn_edge_op")
+edge_op_p.multiple_results = True
+
+
+def edge_op(src_ids, dst_ids, operands: Sequence, layout: Sequence = (), *, spec: EdgeSpec) -> list:
+    return edge_op_p.bind(src_ids, dst_ids, *operands, *layout, spec=spec)
+
+
+def split_args(args, spec: EdgeSpec):
+    """(src ids, dst ids, operands, layout leaves) of an edge op's flat arguments."""
+    k = len(spec.groups)
+    return args[0], args[1], list(args[2:2 + k]), list(args[2 + k:])
+
+
+# ---- shapes -----------------------------------------------------------------------------------------------
+
+def _trailing(aval, group: Group):
+    return aval if group == Group.SHARED else jax.ShapeDtypeStruct(tuple(aval.shape[1:]), aval.dtype)
+
+
+def message_avals(spec: EdgeSpec, operand_avals) -> list[jax.ShapeDtypeStruct]:
+    """``[E, ...]`` per output of ``spec.fn`` (the shapes ``over=ALL`` outputs have, without a row axis)."""
+    trailing = [_trailing(a, g) for a, g in zip(operand_avals, spec.groups, strict=True)]
+    whole = [g == Group.SHARED for g in spec.groups]
+    return ef.out_avals(spec.fn, trailing, whole, spec.num_edges)
+
+
+def _abstract_eval(*args, spec: EdgeSpec):
+    _, _, operands, _ = split_args(args, spec)
+    msgs = message_avals(spec, operands)
+    out = functools.partial(compat.shaped_like, avals=args)
+    n = spec.num_segments
+    if spec.reduce == Reduce.NONE:
+        return [out(m.shape, m.dtype) for m in msgs]
+    if spec.over == Group.ALL:
+        return [out(m.shape, m.dtype) for m in msgs]
+    if spec.reduce == Reduce.SOFTMAX:
+        s, v = msgs
+        dtype = jnp.result_type(s.dtype, v.dtype)
+        stat = accumulation_dtype(s.dtype)
+        return [out((n,) + v.shape[1:], dtype), out((n,) + s.shape[1:], stat), out((n,) + s.shape[1:], stat)]
+    rows = [out((n,) + m.shape[1:], mean_dtype(m.dtype) if spec.reduce == Reduce.MEAN else m.dtype)
+            for m in msgs]
+    if spec.reduce == Reduce.MEAN:
+        rows.append(out((n,), _count_dtype(msgs[0].dtype)))
+    if spec.hits:
+        rows += [out(m.shape, jnp.bool_) for m in msgs]
+    return rows
+
+
+def _count_dtype(dtype):
+    acc = accumulation_dtype(dtype)
+    return acc if jnp.issubdtype(acc, jnp.floating) else jnp.dtype(jnp.float32)
+
+
+# ---- the reference: the semantics of every edge op ------------------------------------------------------------
+
+def endpoint_rows(spec: EdgeSpec, src_ids, dst_ids, operands) -> list:
+    """Each operand's rows per edge: src/dst operands gathered with jnp indexing semantics."""
+    rows = []
+    for x, g in zip(operands, spec.groups, strict=True):
+        if g in (Group.SRC, Group.DST):
+            ids = src_ids if g == Group.SRC else dst_ids
+            rows.append(jnp.take(x, normalize(ids, x.shape[0], wrap=spec.wrap), axis=0, mode="clip"))
+        else:
+            rows.append(x)
+    return rows
+
+
+def reduce_rows(spec: EdgeSpec, src_ids, dst_ids):
+    """The output row of each edge; ``num_segments`` (out of range, dropped) for edges a forward reduction
+    drops."""
+    ids = src_ids if spec.over == Group.SRC else dst_ids
+    n = spec.num_segments
+    if spec.raw_over:
+        return jnp.where((ids >= 0) & (ids < n), ids, n)
+    return normalize(ids, n, wrap=spec.wrap)
+
+
+def _segment_sum(y, rows, n):
+    acc = accumulation_dtype(y.dtype)
+    return jax.ops.segment_sum(y.astype(acc), rows, n + 1)[:n].astype(y.dtype)
+
+
+def _counts(rows, n, dtype):
+    return jax.ops.segment_sum(jnp.ones(rows.shape, dtype), rows, n + 1)[:n]
+
+
+def _trail(x, ndim):
+    return jnp.reshape(x, x.shape + (1,) * (ndim - x.ndim))
+
+
+def reduce_messages(spec: EdgeSpec, ys: list, rows, n: int) -> list:
+    """Reduce per-edge messages ``ys`` into ``n`` rows by ``rows`` (``n`` means dropped)."""
+    if spec.reduce == Reduce.SUM:
+        return [_segment_sum(y, rows, n) for y in ys]
+    if spec.reduce == Reduce.MEAN:
+        count = _counts(rows, n, _count_dtype(ys[0].dtype))
+        return [(_segment_sum(y.astype(accumulation_dtype(y.dtype)), rows, n)
+                 / _trail(jnp.maximum(count, 1), y.ndim)).astype(mean_dtype(y.dtype)) for y in ys] + [count]
+    segment = jax.ops.segment_max if spec.reduce == Reduce.MAX else jax.ops.segment_min
+    outs, hits = [], []
+    for y in ys:
+        if spec.hits:
+            y = materialize(y)  # one buffer reduced and compared: ties exact to the bit
+        best = segment(y, rows, n + 1)
+        hits.append((y == jnp.take(best, rows, axis=0)) & _trail(rows < n, y.ndim))
+        out = best[:n]
+        if spec.empty == "zero":
+            out = jnp.where(_trail(_counts(rows, n, jnp.int32), y.ndim) > 0, out, jnp.zeros((), y.dtype))
+        outs.append(out)
+    return outs + (hits if spec.hits else [])
+
+
+def softmax_reference(s, v, rows, n: int, *, gather_rows):
+    """jraph's edge softmax and the weighted sum after it, term by term: (out, m, l)."""
+    m = jax.ops.segment_max(s, rows, n + 1)[:n]
+    e = jnp.exp(s - jnp.take(m, gather_rows, axis=0, mode="clip"))
+    l = _segment_sum(e, rows, n)
+    alpha = e / jnp.take(l, gather_rows, axis=0, mode="clip")
+    msg = _trail(alpha, v.ndim) * v
+    stat = accumulation_dtype(s.dtype)
+    return [_segment_sum(msg, rows, n), m.astype(stat), l.astype(stat)]
+
+
+def reference(*args, spec: EdgeSpec) -> list:
+    """The semantics of an edge op: all edges at once, with XLA's gather and segment ops."""
+    src_ids, dst_ids, operands, _ = split_args(args, spec)
+    ys = spec.fn.apply(endpoint_rows(spec, src_ids, dst_ids, operands))
+    if spec.reduce == Reduce.NONE or spec.over == Group.ALL:
+        return list(ys)
+    n = spec.num_segments
+    rows = reduce_rows(spec, src_ids, dst_ids)
+    if spec.reduce == Reduce.SOFTMAX:
+        ids = src_ids if spec.over == Group.SRC else dst_ids
+        return softmax_reference(*ys, rows, n, gather_rows=normalize(ids, n, wrap=spec.wrap))
+    return reduce_messages(spec, list(ys), rows, n)
+
+
+# ---- derivatives --------------------------------------------------------------------------------------------
+
+def _instantiate(t, aval):
+    return jnp.zeros(aval.shape, aval.dtype) if type(t) is ad.Zero else t
+
+
+def _derived(spec: EdgeSpec, fn: ef.EdgeFn, extra: Sequence[Group], **changes) -> EdgeSpec:
+    return spec.replace(fn=fn, groups=spec.groups + tuple(extra), hits=False, **changes)
+
+
+def _segment_hits(spec: EdgeSpec, hit, src_ids, dst_ids):
+    """How many edges of each row attain its extremum (dropped edges never do)."""
+    rows = reduce_rows(spec, src_ids, dst_ids)
+    return jax.ops.segment_sum(hit.astype(jnp.float32), rows, spec.num_segments + 1)[:spec.num_segments]
+
+
+def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
+    """Bind a derived edge op, dropping the operands its edge function never reads."""
+    shapes = tuple(_trailing(jax.ShapeDtypeStruct(np.shape(x), x.dtype) if not hasattr(x, "aval") else
+                             x.aval, g) for x, g in zip(operands, spec.groups, strict=True))
+    whole = tuple(g == Group.SHARED for g in spec.groups)
+    used = ef.reads(spec.fn, shapes, whole, max(spec.num_edges, 1))
+    rowwise = [k for k, w in enumerate(whole) if not w]
+    if rowwise and not any(used[k] for k in rowwise):
+        used[rowwise[0]] = True  # one operand with rows tells the edge function how many edges a block has
+    if all(used) or not any(used):
+        return edge_op_p.bind(src_ids, dst_ids, *operands, *layout, spec=spec)
+    fn = ef.Pruned(spec.fn, tuple(used), shapes, whole)
+    kept = [x for x, u in zip(operands, used, strict=True) if u]
+    groups = tuple(g for g, u in zip(spec.groups, used, strict=True) if u)
+    return edge_op_p.bind(src_ids, dst_ids, *kept, *layout, spec=spec.replace(fn=fn, groups=groups))
+
+
+def _row_group(spec: EdgeSpec) -> Group:
+    """The group that reads a per-row statistic of the output back at each edge."""
+    return {Group.DST: Group.DST, Group.SRC: Group.SRC, Group.ALL: Group.SHARED}[spec.over]
+
+
+def _jvp(primals, tangents, *, spec: EdgeSpec):
+    src_ids, dst_ids, operands, layout = split_args(primals, spec)
+    _, _, d_operands, _ = split_args(tangents, spec)
+    outs = edge_op_p.bind(*primals, spec=spec)
+    slots = tuple(k for k, t in enumerate(d_operands) if type(t) is not ad.Zero)
+    zeros = [compat.zero_tangent(o) for o in outs]
+    if not slots:
+        return outs, zeros
+    tans = [d_operands[k] for k in slots]
+    moving = tuple(spec.groups[k] for k in slots)
+    row = _row_group(spec)
+
+    def bind(fn, extra_groups, extra, **changes):
+        new = _derived(spec, fn, moving + tuple(extra_groups), **changes)
+        return bind_pruned(new, src_ids, dst_ids, [*operands, *tans, *extra], layout)
+
+    kind = spec.reduce
+    if kind in (Reduce.NONE, Reduce.SUM):
+        return outs, bind(ef.Jvp(spec.fn, slots), (), ())
+    if kind == Reduce.MEAN:
+        *means, count = outs
+        inv = 1.0 / jnp.maximum(checkpoint_name(count, STATS_NAME), 1)
+        t = bind(ef.Scaled(ef.Jvp(spec.fn, slots)), (row,), (inv,), reduce=Reduce.SUM)
+        return outs, list(t) + [zeros[-1]]
+    if kind in (Reduce.MAX, Reduce.MIN):
+        with_hits = edge_op_p.bind(*primals, spec=spec.replace(hits=True))
+        k = len(with_hits) // 2
+        best, hits = with_hits[:k], [checkpoint_name(h, EDGE_MASK_NAME) for h in with_hits[k:]]
+        tangents_out = []
+        for i, (b, h) in enumerate(zip(best, hits, strict=True)):
+            ties = _segment_hits(spec, h, src_ids, dst_ids)
+            denom = checkpoint_name(ties + _trail(b == identity(kind.value, b.dtype), ties.ndim).astype(ties.dtype),
+                                    STATS_NAME)
+            fn = ef.ExtremumTangent(_Pick(spec.fn, (i,)), slots)
+            tangents_out.append(bind(fn, (Group.EDGE, row), (h, denom), reduce=Reduce.SUM)[0])
+        if spec.hits:  # the masks are piecewise constant: no tangent
+            return with_hits, tangents_out + [compat.zero_tangent(h) for h in with_hits[k:]]
+        return best, tangents_out
+    out, m, l = outs  # SOFTMAX: m is a shift the weights do not depend on, so it is held fixed
+    m_saved, l_saved, out_saved = (checkpoint_name(x, STATS_NAME) for x in (jax.lax.stop_gradient(m), l, out))
+    stats = (m_saved,)
+    d_out = bind(ef.SoftmaxTangent(spec.fn, slots), (row, row, row), stats + (l_saved, out_saved),
+                 reduce=Reduce.SUM)[0]
+    d_l = bind(ef.NormTangent(_scores_only(spec.fn), slots), (row,), stats, reduce=Reduce.SUM)[0]
+    return outs, [d_out, zeros[1], d_l.astype(l.dtype)]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _ScoresOnly(ef.EdgeFn):
+    base: ef.EdgeFn
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in
+
+    def apply(self, rows, *, lanes=False):
+        return self.base.apply(rows, lanes=lanes)[:1]
+
+
+def _scores_only(fn: ef.EdgeFn) -> ef.EdgeFn:
+    return _ScoresOnly(fn)
+
+
+def _transpose(cts, *args, spec: EdgeSpec):
+    if spec.reduce not in (Reduce.NONE, Reduce.SUM):
+        raise NotImplementedError(f"an edge op reducing by {spec.reduce.value} is not linear")
+    src_ids, dst_ids, operands, layout = split_args(args, spec)
+    assert not ad.is_undefined_primal(src_ids) and not ad.is_undefined_primal(dst_ids)
+    undefined = tuple(k for k, x in enumerate(operands) if ad.is_undefined_primal(x))
+    known = [k for k in range(len(operands)) if k not in undefined]
+    out_avals = _abstract_eval(*[a.aval if ad.is_undefined_primal(a) else a for a in args], spec=spec)
+    cts = [_instantiate(ct, a) for ct, a in zip(cts, out_avals, strict=True)]
+    ct_group = {Group.DST: Group.DST, Group.SRC: Group.SRC, Group.EDGE: Group.EDGE,
+                Group.ALL: Group.SHARED}[spec.over]
+    shapes = tuple(_trailing(x.aval if ad.is_undefined_primal(x) else jax.ShapeDtypeStruct(x.shape, x.dtype), g)
+                   for x, g in zip(operands, spec.groups, strict=True))
+    whole = tuple(g == Group.SHARED for g in spec.groups) + (ct_group == Group.SHARED,) * len(cts)
+    base = ef.Vjp(spec.fn, undefined, shapes, whole, len(cts))
+    extra, extra_groups = list(cts), [ct_group] * len(cts)
+    if spec.raw_over and spec.reduce == Reduce.SUM and spec.over in (Group.DST, Group.SRC):
+        # Edges the forward reduction dropped (ids out of range) got a zero cotangent, not the clamped row's.
+        ids = src_ids if spec.over == Group.SRC else dst_ids
+        keep = (ids >= 0) & (ids < spec.num_segments)
+        positions = tuple(range(len(known), len(known) + len(cts)))
+        base = ef.Zeroed(base, positions)
+        extra.append(keep)
+        extra_groups.append(Group.EDGE)
+    result: list = [None] * len(args)
+    for group in dict.fromkeys(spec.groups[k] for k in undefined):
+        mine = tuple(i for i, k in enumerate(undefined) if spec.groups[k] == group)
+        fn = _Pick(base, mine)
+        rows = {Group.SRC: Group.SRC, Group.DST: Group.DST, Group.EDGE: Group.EDGE, Group.SHARED: Group.ALL}[group]
+        n = operands[undefined[mine[0]]].aval.shape[0] if rows in (Group.SRC, Group.DST) else spec.num_segments
+        new = spec.replace(fn=fn, groups=tuple(spec.groups[k] for k in known) + tuple(extra_groups),
+                           reduce=Reduce.NONE if rows == Group.EDGE else Reduce.SUM, over=rows, num_segments=n,
+                           raw_over=False)
+        outs = bind_pruned(new, src_ids, dst_ids, [*[operands[k] for k in known], *extra], layout)
+        for i, o in zip(mine, outs, strict=True):
+            k = undefined[i]
+            result[2 + k] = o.astype(operands[k].aval.dtype)
+    return result
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Pick(ef.EdgeFn):
+    """The outputs ``keep`` of ``base``."""
+
+    base: ef.EdgeFn
+    keep: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in
+
+    def apply(self, rows, *, lanes=False):
+        outs = self.base.apply(rows, lanes=lanes)
+        return [outs[i] for i in self.keep]
+
+
+def _batch(args, dims, *, spec: EdgeSpec):
+    src_ids, dst_ids, operands, layout = split_args(args, spec)
+    d_src, d_dst, d_ops, d_layout = split_args(dims, spec)
+    mapped = lambda d: d is not compat.not_mapped
+    size = next(np.shape(x)[d] for x, d in zip(args, dims, strict=True) if mapped(d))
+    if mapped(d_src) or mapped(d_dst) or any(map(mapped, d_layout)):
+        # A batch of different graphs: run the reference under vmap (no shared structure to keep).
+        moved = [batching.bdim_at_front(x, d, size) if mapped(d) else x for x, d in zip(args, dims, strict=True)]
+        in_axes = [0 if mapped(d) else None for d in dims]
+        return jax.vmap(functools.partial(reference, spec=spec), in_axes=in_axes)(*moved), [0] * len(
+            _abstract_eval(*args, spec=spec))
+    axes = tuple((1 if g in ROWWISE else 0) if mapped(d) else None for g, d in zip(spec.groups, d_ops, strict=True))
+    moved = [jnp.moveaxis(x, d, a) if a is not None else x for x, d, a in zip(operands, d_ops, axes, strict=True)]
+    whole_out = spec.over == Group.ALL and spec.reduce != Reduce.NONE
+    fn = ef.Batched(spec.fn, axes, 0 if whole_out else 1)
+    new = spec.replace(fn=fn)
+    outs = edge_op_p.bind(src_ids, dst_ids, *moved, *layout, spec=new)
+    out_dims = [0 if whole_out else 1 for _ in outs]
+    if spec.reduce == Reduce.MEAN:
+        out_dims[-1] = compat.not_mapped
+    return outs, out_dims
+
+
+# ---- residency facts ------------------------------------------------------------------------------------------
+
+def _residency(op, infos, ctx):
+    spec = op.params["spec"]
+    ids = infos[1] if spec.over != Group.SRC else infos[0]
+    where = {Group.DST: Residency.NODE, Group.SRC: Residency.NODE, Group.EDGE: Residency.EDGE,
+             Group.ALL: Residency.SHARED}[spec.over]
+    if spec.reduce == Reduce.NONE:
+        where = Residency.EDGE
+    edges = ids.edges if where == Residency.EDGE else None
+    graph = ids.graph if facts.graph_resident(ids) else 0
+    return [Info(where, graph=graph, edges=edges)] * len(op.outputs), Movement.FUSED
+
+
+def _lowering(ctx, *args, spec: EdgeSpec):
+    from jgnn.ops import lowering
+
+    return mlir.lower_fun(functools.partial(lowering.run, spec=spec), multiple_results=True)(ctx, *args)
+
+
+def _impl(*args, spec: EdgeSpec):
+    return compat.apply_primitive(edge_op_p, *args, spec=spec)
+
+
+edge_op_p.def_abstract_eval(_abstract_eval)
+edge_op_p.def_impl(_impl)
+mlir.register_lowering(edge_op_p, _lowering)
+ad.primitive_jvps[edge_op_p] = _jvp
+ad.primitive_transposes[edge_op_p] = _transpose
+batching.primitive_batchers[edge_op_p] = _batch
+facts.register(edge_op_p, facts.Facts(residency=_residency))

@@ -1,0 +1,167 @@
+"""``typed_matmul``: ``y[r] = x[r] @ W[types[r]]`` for every row, without building ``[rows, d_in, d_out]`` (Hector).
+
+``x`` is ``[R, *heads, d_in]``, ``table`` is ``[T, *heads, d_in, d_out]``, ``types`` is ``[R]`` (clamped into
+``[0, T)``, as the gather it replaces clamped them). Implementations (``impl``):
+
+* ``sorted_blocks``: rows sorted by type, each type's rows padded to whole blocks of ``block`` rows, one batched
+  GEMM over the blocks (one weight per block): the per-row FLOPs plus at most ``T·block`` padding rows, at GEMM
+  speed. The default on CPU (``ragged_dot`` there multiplies every row by every type's weight);
+* ``ragged_dot``: rows sorted by type and one grouped GEMM (``jax.lax.ragged_dot``), on GPU/TPU;
+* ``pallas``: `pallas_kernels.typed_matmul`.
+
+The reference (the semantics) is the per-row product with the gathered weights. Derivatives are those of the
+chosen implementation (``jax.jvp`` of it; JAX transposes its ops), so no hand-written VJP.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jcore
+from jax.interpreters import ad, batching, mlir
+
+from jgnn import compat, facts
+from jgnn.facts import Info
+from jgnn.roles import Movement
+
+IMPLS = ("sorted_blocks", "ragged_dot", "pallas", "pallas_interpret", "reference")
+
+typed_matmul_p = jcore.Primitive("jgnn_typed_matmul")
+
+
+def typed_matmul(x, table, types, *, impl: str, block: int = 128):
+    return typed_matmul_p.bind(x, table, types, impl=impl, block=int(block))
+
+
+def _heads(x) -> int:
+    return x.ndim - 2
+
+
+def reference(x, table, types, **_):
+    w = table[jnp.clip(types, 0, table.shape[0] - 1)]  # [R, *heads, d_in, d_out]
+    h = _heads(x)
+    batch = tuple(range(h + 1))
+    return jax.lax.dot_general(x, w, (((h + 1,), (h + 1,)), (batch, batch)),
+                               preferred_element_type=jnp.result_type(x, table)).astype(jnp.result_type(x, table))
+
+
+def sorted_blocks(x, table, types, *, block: int, **_):
+    """See module docstring: rows of one type packed into whole blocks, one GEMM per block."""
+    rows, groups = x.shape[0], table.shape[0]
+    if rows == 0:
+        return reference(x, table, types)
+    types = jnp.clip(types, 0, groups - 1).astype(jnp.int32)
+    order = jnp.argsort(types, stable=True)
+    counts = jnp.bincount(types, length=groups).astype(jnp.int32)
+    padded = (counts + block - 1) // block * block
+    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(padded)[:-1].astype(jnp.int32)])
+    first = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(counts)[:-1].astype(jnp.int32)])
+    sorted_types = types[order]
+    position = starts[sorted_types] + jnp.arange(rows, dtype=jnp.int32) - first[sorted_types]
+    capacity = -(-(rows + groups * (block - 1)) // block) * block  # static bound on the padded rows
+    packed = jnp.zeros((capacity,) + x.shape[1:], x.dtype).at[position].set(x[order], unique_indices=True)
+    nb = capacity // block
+    block_start = jnp.arange(nb, dtype=jnp.int32) * block
+    block_type = jnp.clip(jnp.searchsorted(starts + padded, block_start, side="right"), 0, groups - 1)
+    xb = packed.reshape((nb, block) + x.shape[1:])
+    h = _heads(x)
+    # [nb, B, *heads, d_in] x [nb, *heads, d_in, d_out] -> [nb, *heads, B, d_out]
+    yb = jax.lax.dot_general(xb, table[block_type], (((h + 2,), (h + 1,)), ((0,) + tuple(range(2, h + 2)),
+                                                                             tuple(range(h + 1)))),
+                             preferred_element_type=jnp.result_type(x, table))
+    yb = jnp.moveaxis(yb, 1 + h, 1)  # [nb, B, *heads, d_out]
+    y_sorted = yb.reshape((capacity,) + yb.shape[2:])[position]
+    return jnp.zeros_like(y_sorted).at[order].set(y_sorted, unique_indices=True).astype(jnp.result_type(x, table))
+
+
+def ragged(x, table, types, **_):
+    groups = table.shape[0]
+    types = jnp.clip(types, 0, groups - 1)
+    order = jnp.argsort(types, stable=True)
+    sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
+    xs = x[order]
+    if _heads(x) == 0:
+        ys = jax.lax.ragged_dot(xs, table, sizes)
+    else:
+        flat = xs.reshape(xs.shape[0], -1, xs.shape[-1])
+        w = table.reshape((groups, -1) + table.shape[-2:])
+        ys = jnp.stack([jax.lax.ragged_dot(flat[:, k], w[:, k], sizes) for k in range(flat.shape[1])], axis=1)
+        ys = ys.reshape(xs.shape[:-1] + (table.shape[-1],))
+    return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
+
+
+def _pallas(x, table, types, *, interpret: bool, **_):
+    import pallas_kernels as pk
+
+    groups = table.shape[0]
+    types = jnp.clip(types, 0, groups - 1)
+    order = jnp.argsort(types, stable=True)
+    sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
+    xs = x[order]
+    if _heads(x):
+        return reference(x, table, types)
+    ys = pk.typed_matmul(xs, table, sizes, impl="auto", interpret=interpret)
+    return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
+
+
+IMPL = {"sorted_blocks": sorted_blocks, "ragged_dot": ragged, "reference": reference,
+        "pallas": functools.partial(_pallas, interpret=False),
+        "pallas_interpret": functools.partial(_pallas, interpret=True)}
+
+
+def run(x, table, types, *, impl: str, block: int):
+    return IMPL[impl](x, table, types, block=block)
+
+
+def _abstract_eval(x, table, types, *, impl, block):
+    if table.ndim != x.ndim + 1 or types.shape != x.shape[:1]:
+        raise ValueError(f"typed_matmul: x {x.shape}, table {table.shape}, types {types.shape}")
+    shape = x.shape[:-1] + (table.shape[-1],)
+    return compat.shaped_like(shape, jnp.result_type(x.dtype, table.dtype), [x, table, types])
+
+
+def _jvp(primals, tangents, *, impl, block):
+    x, table, types = primals
+    moving = [k for k in (0, 1) if type(tangents[k]) is not ad.Zero]
+    out = typed_matmul_p.bind(x, table, types, impl=impl, block=block)
+    if not moving:
+        return out, compat.zero_tangent(out)
+
+    def at(*args):
+        full = [x, table]
+        for k, a in zip(moving, args, strict=True):
+            full[k] = a
+        return run(*full, types, impl=impl, block=block)
+
+    _, tangent = jax.jvp(at, tuple(primals[k] for k in moving), tuple(tangents[k] for k in moving))
+    return out, tangent
+
+
+def _batch(args, dims, *, impl, block):
+    moved = [batching.bdim_at_front(a, d, next(np.shape(b)[e] for b, e in zip(args, dims, strict=True)
+                                               if e is not compat.not_mapped))
+             if d is not compat.not_mapped else a for a, d in zip(args, dims, strict=True)]
+    axes = [0 if d is not compat.not_mapped else None for d in dims]
+    return jax.vmap(functools.partial(run, impl=impl, block=block), in_axes=axes)(*moved), 0
+
+
+def _residency(op, infos, ctx):
+    x, _, types = infos
+    return [Info(types.residency if facts.graph_resident(types) else x.residency, graph=types.graph,
+                 edges=types.edges)], Movement.DENSE
+
+
+def _cost(op) -> float:
+    x, table = op.inputs[:2]
+    return 2.0 * int(np.prod(x.shape, dtype=np.int64)) * table.shape[-1]
+
+
+typed_matmul_p.def_abstract_eval(_abstract_eval)
+typed_matmul_p.def_impl(jax.jit(run, static_argnames=("impl", "block")))
+mlir.register_lowering(typed_matmul_p, mlir.lower_fun(run, multiple_results=False))
+ad.primitive_jvps[typed_matmul_p] = _jvp
+batching.primitive_batchers[typed_matmul_p] = _batch
+facts.register(typed_matmul_p, facts.Facts(residency=_residency, cost=_cost))

@@ -1,0 +1,74 @@
+"""jraph's own test programs (``jraph/_src/models_test.py`` and ``utils_test.py``), as (name, function, graph).
+
+They are imported from the installed jraph package and compiled unmodified: the programs that jraph itself tests
+against, on the batched graphs jraph tests them with (7 graphs of 0–3 nodes: as many graphs as nodes, which is
+what tells residency by provenance from residency by row count).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import jraph
+from jraph._src import models_test, utils
+
+ModelsTest = models_test.ModelsTest
+
+
+def _nested_batch() -> jraph.GraphsTuple:
+    return ModelsTest()._get_list_and_batched_graph()[1]
+
+
+def _flat_batch() -> jraph.GraphsTuple:
+    return jraph.GraphsTuple(
+        n_node=jnp.array([1, 3, 1, 0, 2, 0, 0]), n_edge=jnp.array([1, 7, 1, 0, 3, 0, 0]),
+        nodes=jnp.arange(14).reshape(7, 2), edges=jnp.arange(36).reshape(12, 3),
+        globals=jnp.arange(14).reshape(7, 2),
+        senders=jnp.array([0, 1, 2, 3, 4, 5, 6, 1, 2, 3, 3, 6]),
+        receivers=jnp.array([0, 1, 2, 3, 4, 5, 6, 2, 3, 2, 1, 5]))
+
+
+def _float(graph: jraph.GraphsTuple) -> jraph.GraphsTuple:
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.integer) and
+                                  x.ndim == 2 else x, graph)
+
+
+CONNECT = ("_get_graph_network", "_get_graph_network_no_node_update", "_get_graph_network_no_edge_update",
+           "_get_graph_network_no_global_update", "_get_attention_graph_network",
+           "_get_multi_head_attention_graph_network", "_get_graph_gat")
+NONES = ("_get_graph_network", "_get_graph_network_no_node_update", "_get_graph_network_no_edge_update",
+         "_get_graph_network_no_global_update")
+GNNS = ("_get_interaction_network", "_get_graph_independent", "_get_gat", "_get_relation_network", "_get_deep_sets")
+# Programs whose messages are computed per edge from gathered node rows and summed to the nodes.
+GATHER_SEGMENT = frozenset({"_get_interaction_network", "_get_gat", "_get_interaction_network[float]",
+                            "_get_gat[float]", "sum_of_sent_over_receivers"})
+
+
+def programs() -> list[tuple[str, object, jraph.GraphsTuple]]:
+    out = []
+    for name in CONNECT:
+        out.append((name, getattr(models_test, name), _nested_batch()))
+    base = _nested_batch()
+    for name in NONES:
+        for variant, g in (("no_globals", base._replace(globals=None)), ("empty_globals", base._replace(globals=[])),
+                           ("no_edges", base._replace(edges=None)), ("empty_edges", base._replace(edges=[]))):
+            out.append((f"{name}[{variant}]", getattr(models_test, name), g))
+    for name in GNNS:
+        out.append((name, getattr(models_test, name), _flat_batch()))
+        out.append((f"{name}[float]", getattr(models_test, name), _float(_flat_batch())))
+    flat = _float(_flat_batch())
+    for name, fn in (("get_node_padding_mask", utils.get_node_padding_mask),
+                     ("get_edge_padding_mask", utils.get_edge_padding_mask),
+                     ("get_graph_padding_mask", utils.get_graph_padding_mask),
+                     ("get_number_of_padding_with_graphs_nodes", utils.get_number_of_padding_with_graphs_nodes),
+                     ("get_number_of_padding_with_graphs_edges", utils.get_number_of_padding_with_graphs_edges),
+                     ("segment_mean_of_edges", lambda g: utils.segment_mean(g.edges, g.receivers, 7)),
+                     ("segment_softmax_of_edges", lambda g: utils.segment_softmax(g.edges, g.receivers, 7)),
+                     ("segment_normalize_of_edges", lambda g: utils.segment_normalize(g.edges, g.receivers, 7)),
+                     ("segment_max_or_constant", lambda g: utils.segment_max_or_constant(g.edges, g.receivers, 7)),
+                     ("segment_variance_of_edges", lambda g: utils.segment_variance(g.edges, g.receivers, 7)),
+                     ("sum_of_sent_over_receivers", lambda g: utils.segment_sum(g.nodes[g.senders], g.receivers, 7))):
+        out.append((name, fn, flat))
+    return out
+
