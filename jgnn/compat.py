@@ -58,6 +58,7 @@ INLINED_CALLS = {p: k for p, k in ((JIT, "jaxpr"), (CHECKPOINT, "jaxpr"), (CLOSE
                  if p is not None}
 # Kept whole (their derivative rules must run); their bodies are analysed.
 CUSTOM_CALLS = frozenset({CUSTOM_JVP, CUSTOM_VJP})
+CALLS = frozenset(INLINED_CALLS) | CUSTOM_CALLS
 
 
 def custom_body(eqn_params: dict) -> Any:
@@ -78,35 +79,46 @@ def bind(prim: jcore.Primitive, params: dict, args) -> Any:
     if isinstance(bound, tuple) and len(bound) == 2 and isinstance(bound[1], dict):
         subfuns, bound = bound
         return prim.bind(*subfuns, *args, **bound)
+    if prim not in CALLS:
+        args = match_vma(args)
     return prim.bind(*args, **bound)
 
 
-def shaped(shape, dtype, like=None) -> jax.core.ShapedArray:
-    """A ShapedArray, keeping the varying-manual-axes annotation of ``like`` where this JAX has one (shard_map
-    checks it)."""
-    vma = getattr(like, "vma", None)
-    if vma is not None:
-        try:
-            return jax.core.ShapedArray(shape, dtype, vma=vma)
-        except TypeError:  # pragma: no cover - a JAX without vma
-            pass
-    return jax.core.ShapedArray(shape, dtype)
-
-
-def joined_vma(avals) -> Any:
-    sets = [getattr(a, "vma", None) for a in avals]
-    sets = [s for s in sets if s is not None]
-    return frozenset().union(*sets) if sets else None
+def _varying(aval) -> frozenset:
+    """The mesh axes an abstract value varies over inside ``shard_map`` (``aval.mat.varying`` in JAX 0.10,
+    ``aval.vma`` in later releases)."""
+    mat = getattr(aval, "mat", None)
+    if mat is not None and hasattr(mat, "varying"):
+        return frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", frozenset()) or frozenset())
 
 
 def shaped_like(shape, dtype, avals) -> jax.core.ShapedArray:
-    vma = joined_vma(avals)
-    if vma is not None:
-        try:
-            return jax.core.ShapedArray(shape, dtype, vma=vma)
-        except TypeError:  # pragma: no cover
-            pass
-    return jax.core.ShapedArray(shape, dtype)
+    """A ShapedArray varying over every mesh axis any of ``avals`` varies over (what an op combining them makes
+    inside ``shard_map``; its operands have been cast to that set by `match_vma`)."""
+    varying = frozenset().union(*(_varying(a) for a in avals))
+    if not varying:
+        return jax.core.ShapedArray(shape, dtype)
+    from jax._src import core
+    from jax.sharding import PartitionSpec
+
+    sharding = core.get_cur_mesh_sharding(PartitionSpec(*([None] * len(shape))))
+    if hasattr(core, "ManualAxisType"):
+        return jax.core.ShapedArray(shape, dtype, sharding=sharding,
+                                    manual_axis_type=core.ManualAxisType(varying=varying))
+    return jax.core.ShapedArray(shape, dtype, sharding=sharding, vma=varying)  # pragma: no cover - other JAX
+
+
+def match_vma(args):
+    """``args`` cast to vary over the same mesh axes, as JAX does before binding its own primitives (a weight
+    closed over by phi does not vary; node features split by ``shard_map`` do)."""
+    from jax._src import core
+
+    for name in ("auto_insert_reshard", "standard_insert_pvary"):
+        insert = getattr(core, name, None)
+        if insert is not None:
+            return list(insert(*args))
+    return list(args)  # pragma: no cover
 
 
 def dce_reads(closed: jcore.ClosedJaxpr, n_inputs: int) -> list[bool] | None:

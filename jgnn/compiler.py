@@ -127,11 +127,6 @@ def graph_sizes(flat: Flat) -> dict[int, dict[str, int]]:
     return sizes
 
 
-def _abstract(x):
-    return jax.ShapeDtypeStruct(np.shape(x), x.dtype) if hasattr(x, "dtype") else jax.ShapeDtypeStruct(
-        np.shape(x), np.result_type(x))
-
-
 # ---- layouts ---------------------------------------------------------------------------------------------
 
 def normalize_layouts(layout, flat: Flat) -> dict[int, layout_lib.GraphLayout]:
@@ -216,7 +211,9 @@ def _trace(fn: Callable, flat: Flat):
         args, kwargs = flat.rebuild(list(arrays))
         return fn(*args, **kwargs)
 
-    return jax.make_jaxpr(flat_fn, return_shape=True)(*map(_abstract, flat.arrays))
+    # The arguments themselves, not their shapes: their abstract values carry what an enclosing shard_map knows
+    # (which mesh axes each varies over), so the trace has the same casts a direct call would.
+    return jax.make_jaxpr(flat_fn, return_shape=True)(*flat.arrays)
 
 
 def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layouts) -> Plan:

@@ -295,8 +295,8 @@ def _param_key(value: Any) -> Any:
 
 def _jaxpr_key(jaxpr: jcore.Jaxpr) -> Any:
     names: dict = {}
-    head = tuple((tuple(v.aval.shape), str(v.aval.dtype), _var_key(v, names)) for v in
-                 (*jaxpr.constvars, *jaxpr.invars))
+    head = tuple((tuple(v.aval.shape), str(v.aval.dtype), str(getattr(v.aval, "vma", "")), _var_key(v, names))
+                 for v in (*jaxpr.constvars, *jaxpr.invars))
     body = tuple((eqn.primitive, tuple(_var_key(v, names) for v in eqn.invars),
                   tuple((tuple(v.aval.shape), str(v.aval.dtype), _var_key(v, names)) for v in eqn.outvars),
                   tuple(sorted((k, _param_key(p)) for k, p in eqn.params.items())))

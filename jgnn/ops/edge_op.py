@@ -99,8 +99,12 @@ edge_op_p = jcore.Primitive("jgnn_edge_op")
 edge_op_p.multiple_results = True
 
 
+def _bind(*args, **params):
+    return edge_op_p.bind(*compat.match_vma(args), **params)
+
+
 def edge_op(src_ids, dst_ids, operands: Sequence, layout: Sequence = (), *, spec: EdgeSpec) -> list:
-    return edge_op_p.bind(src_ids, dst_ids, *operands, *layout, spec=spec)
+    return _bind(src_ids, dst_ids, *operands, *layout, spec=spec)
 
 
 def split_args(args, spec: EdgeSpec):
@@ -260,11 +264,11 @@ def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
     if rowwise and not any(used[k] for k in rowwise):
         used[rowwise[0]] = True  # one operand with rows tells the edge function how many edges a block has
     if all(used) or not any(used):
-        return edge_op_p.bind(src_ids, dst_ids, *operands, *layout, spec=spec)
+        return _bind(src_ids, dst_ids, *operands, *layout, spec=spec)
     fn = ef.Pruned(spec.fn, tuple(used), shapes, whole)
     kept = [x for x, u in zip(operands, used, strict=True) if u]
     groups = tuple(g for g, u in zip(spec.groups, used, strict=True) if u)
-    return edge_op_p.bind(src_ids, dst_ids, *kept, *layout, spec=spec.replace(fn=fn, groups=groups))
+    return _bind(src_ids, dst_ids, *kept, *layout, spec=spec.replace(fn=fn, groups=groups))
 
 
 def _row_group(spec: EdgeSpec) -> Group:
@@ -275,7 +279,7 @@ def _row_group(spec: EdgeSpec) -> Group:
 def _jvp(primals, tangents, *, spec: EdgeSpec):
     src_ids, dst_ids, operands, layout = split_args(primals, spec)
     _, _, d_operands, _ = split_args(tangents, spec)
-    outs = edge_op_p.bind(*primals, spec=spec)
+    outs = _bind(*primals, spec=spec)
     slots = tuple(k for k, t in enumerate(d_operands) if type(t) is not ad.Zero)
     zeros = [compat.zero_tangent(o) for o in outs]
     if not slots:
@@ -297,7 +301,7 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
         t = bind(ef.Scaled(ef.Jvp(spec.fn, slots)), (row,), (inv,), reduce=Reduce.SUM)
         return outs, list(t) + [zeros[-1]]
     if kind in (Reduce.MAX, Reduce.MIN):
-        with_hits = edge_op_p.bind(*primals, spec=spec.replace(hits=True))
+        with_hits = _bind(*primals, spec=spec.replace(hits=True))
         k = len(with_hits) // 2
         best, hits = with_hits[:k], [checkpoint_name(h, EDGE_MASK_NAME) for h in with_hits[k:]]
         tangents_out = []
@@ -407,7 +411,7 @@ def _batch(args, dims, *, spec: EdgeSpec):
     whole_out = spec.over == Group.ALL and spec.reduce != Reduce.NONE
     fn = ef.Batched(spec.fn, axes, 0 if whole_out else 1)
     new = spec.replace(fn=fn)
-    outs = edge_op_p.bind(src_ids, dst_ids, *moved, *layout, spec=new)
+    outs = _bind(src_ids, dst_ids, *moved, *layout, spec=new)
     out_dims = [0 if whole_out else 1 for _ in outs]
     if spec.reduce == Reduce.MEAN:
         out_dims[-1] = compat.not_mapped

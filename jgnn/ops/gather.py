@@ -29,11 +29,15 @@ MODES = ("clip", "fill")
 gather_p = jcore.Primitive("jgnn_gather")
 
 
+def _bind(*args, **params):
+    return gather_p.bind(*compat.match_vma(args), **params)
+
+
 def gather(x, ids, *, index: Index, mode: str = "clip", wrap: bool = True):
     """``x[ids]`` along axis 0 (see module docstring); ``ids`` is ``[K]``, the result ``[K, *x.shape[1:]]``."""
     if mode not in MODES:
         raise ValueError(f"gather mode must be one of {MODES}, got {mode!r}")
-    return gather_p.bind(x, ids, index=Index(index), mode=mode, wrap=bool(wrap))
+    return _bind(x, ids, index=Index(index), mode=mode, wrap=bool(wrap))
 
 
 def normalize(ids, n: int, *, wrap: bool, clip: bool = True):
@@ -59,10 +63,10 @@ def _abstract_eval(x, ids, *, index, mode, wrap):
 def _jvp(primals, tangents, **params):
     x, ids = primals
     dx, _ = tangents
-    out = gather_p.bind(x, ids, **params)
+    out = _bind(x, ids, **params)
     if type(dx) is ad.Zero:
         return out, compat.zero_tangent(out)
-    return out, gather_p.bind(dx, ids, **params)
+    return out, _bind(dx, ids, **params)
 
 
 def _transpose(ct, x, ids, *, index, mode, wrap):
@@ -85,7 +89,7 @@ def _batch(args, dims, **params):
         x = batching.bdim_at_front(x, dx, size)
         ids = batching.bdim_at_front(ids, di, size)
         return jax.vmap(functools.partial(reference, **params))(x, ids), 0
-    return gather_p.bind(jnp.moveaxis(x, dx, 1), ids, **params), 1
+    return _bind(jnp.moveaxis(x, dx, 1), ids, **params), 1
 
 
 def _residency(op, infos, ctx):

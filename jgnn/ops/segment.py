@@ -34,13 +34,17 @@ EMPTY = ("identity", "zero")
 segment_p = jcore.Primitive("jgnn_segment")
 
 
+def _bind(*args, **params):
+    return segment_p.bind(*compat.match_vma(args), **params)
+
+
 def segment(x, ids, *, kind: str, num_segments: int, index: Index, empty: str = "identity"):
     """``[num_segments, *x.shape[1:]]``: the ``kind`` of ``x``'s rows grouped by ``ids`` (see module docstring)."""
     if kind not in KINDS:
         raise ValueError(f"segment kind must be one of {KINDS}, got {kind!r}")
     if empty not in EMPTY:
         raise ValueError(f"empty must be one of {EMPTY}, got {empty!r}")
-    return segment_p.bind(x, ids, kind=kind, num_segments=int(num_segments), index=Index(index), empty=empty)
+    return _bind(x, ids, kind=kind, num_segments=int(num_segments), index=Index(index), empty=empty)
 
 
 def accumulation_dtype(dtype) -> np.dtype:
@@ -116,11 +120,11 @@ def _jvp(primals, tangents, *, kind, num_segments, index, empty):
     params = dict(kind=kind, num_segments=num_segments, index=index, empty=empty)
     if kind in ("max", "min") and type(dx) is not ad.Zero:
         x = materialize(x)
-    out = segment_p.bind(x, ids, **params)
+    out = _bind(x, ids, **params)
     if type(dx) is ad.Zero:
         return out, compat.zero_tangent(out)
     if kind in ("sum", "mean"):
-        return out, segment_p.bind(dx, ids, **params)
+        return out, _bind(dx, ids, **params)
     # JAX's scatter-max rule: rows equal to the result share its tangent, the identity counts as one more row.
     from jgnn.ops.gather import gather  # the two primitives transpose into each other
 
@@ -131,7 +135,7 @@ def _jvp(primals, tangents, *, kind, num_segments, index, empty):
     ties = jax.ops.segment_sum(hit.astype(jnp.float32), ids, n)
     retained = (out == identity(kind, x.dtype)).astype(jnp.float32)
     share = jnp.where(hit, 1.0 / gather(ties + retained, ids, index=index, mode="clip", wrap=False), 0.0)
-    return out, segment_p.bind((dx * share.astype(dx.dtype)).astype(dx.dtype), ids, kind="sum", num_segments=n,
+    return out, _bind((dx * share.astype(dx.dtype)).astype(dx.dtype), ids, kind="sum", num_segments=n,
                                index=index, empty="identity")
 
 
@@ -159,7 +163,7 @@ def _batch(args, dims, *, kind, num_segments, index, empty):
         ids = batching.bdim_at_front(ids, di, size)
         return jax.vmap(functools.partial(reference, **params))(x, ids), 0
     x = jnp.moveaxis(x, dx, 1)
-    return segment_p.bind(x, ids, **params), 1
+    return _bind(x, ids, **params), 1
 
 
 def _residency(op, infos, ctx):

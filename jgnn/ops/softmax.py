@@ -28,9 +28,13 @@ from jgnn.roles import Index, Movement, Residency
 segment_softmax_p = jcore.Primitive("jgnn_segment_softmax")
 
 
+def _bind(*args, **params):
+    return segment_softmax_p.bind(*compat.match_vma(args), **params)
+
+
 def segment_softmax(s, ids, *, num_segments: int, index: Index = Index.DST, wrap: bool = True):
     """``[E, ...]`` softmax weights of the scores ``s`` within each segment (see module docstring)."""
-    return segment_softmax_p.bind(s, ids, num_segments=int(num_segments), index=Index(index), wrap=bool(wrap))
+    return _bind(s, ids, num_segments=int(num_segments), index=Index(index), wrap=bool(wrap))
 
 
 def reference(s, ids, *, num_segments, wrap, **_):
@@ -57,7 +61,7 @@ def _abstract_eval(s, ids, **params):
 def _jvp(primals, tangents, *, num_segments, index, wrap):
     s, ids = primals
     ds, _ = tangents
-    alpha = segment_softmax_p.bind(s, ids, num_segments=num_segments, index=index, wrap=wrap)
+    alpha = _bind(s, ids, num_segments=num_segments, index=index, wrap=wrap)
     if type(ds) is ad.Zero:
         return alpha, compat.zero_tangent(alpha)
     weighted = alpha * ds
@@ -72,7 +76,7 @@ def _batch(args, dims, **params):
         size = s.shape[ds] if ds is not compat.not_mapped else ids.shape[di]
         s, ids = batching.bdim_at_front(s, ds, size), batching.bdim_at_front(ids, di, size)
         return jax.vmap(functools.partial(reference, **params))(s, ids), 0
-    return segment_softmax_p.bind(jnp.moveaxis(s, ds, 1), ids, **params), 1
+    return _bind(jnp.moveaxis(s, ds, 1), ids, **params), 1
 
 
 def _residency(op, infos, ctx):

@@ -32,8 +32,12 @@ IMPLS = ("sorted_blocks", "ragged_dot", "pallas", "pallas_interpret", "reference
 typed_matmul_p = jcore.Primitive("jgnn_typed_matmul")
 
 
+def _bind(*args, **params):
+    return typed_matmul_p.bind(*compat.match_vma(args), **params)
+
+
 def typed_matmul(x, table, types, *, impl: str, block: int = 128):
-    return typed_matmul_p.bind(x, table, types, impl=impl, block=int(block))
+    return _bind(x, table, types, impl=impl, block=int(block))
 
 
 def _heads(x) -> int:
@@ -126,7 +130,7 @@ def _abstract_eval(x, table, types, *, impl, block):
 def _jvp(primals, tangents, *, impl, block):
     x, table, types = primals
     moving = [k for k in (0, 1) if type(tangents[k]) is not ad.Zero]
-    out = typed_matmul_p.bind(x, table, types, impl=impl, block=block)
+    out = _bind(x, table, types, impl=impl, block=block)
     if not moving:
         return out, compat.zero_tangent(out)
 
