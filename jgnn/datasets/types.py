@@ -95,7 +95,9 @@ class LinkPredictionDataset:
 
     Attributes:
       graph: the message-passing graph built from the training triples: ``senders = head``,
-        ``receivers = tail``, ``edges = {"type": relation}`` (int32 [E]); ``nodes = None``;
+        ``receivers = tail``, ``edges = {"type": relation}`` (int32 [E]); ``nodes = {"type": int32 [N]}``,
+        all zeros (a knowledge graph has one node type), so it is a typed graph for `jgnn.nn` and
+        `jgnn.validate(graph, typed=True)`; add the entity features or ids as ``nodes["h"]``;
         ``n_node = [num_nodes]``.
       train_triples, valid_triples, test_triples: int32 [*, 3] rows ``(head, relation, tail)``.
       num_nodes: number of entities (ids cover every split).
@@ -121,7 +123,7 @@ class TypedGraph(_GraphSizes):
     """A synthetic heterogeneous graph whose edge types respect a fixed relation schema.
 
     Attributes:
-      graph: ``nodes = {"type": int32 [N]}`` (plus ``"features": float32 [N, D]`` when requested),
+      graph: ``nodes = {"type": int32 [N]}`` (plus ``"h": float32 [N, D]`` when requested),
         ``edges = {"type": int32 [E]}``; int32 senders/receivers.
       relation_schema: int32 [R, 2]; row ``r`` is ``(src_node_type, dst_node_type)`` of relation
         ``r``: every edge of type ``r`` goes from a node of type ``relation_schema[r, 0]`` to a node
