@@ -26,8 +26,10 @@ from jgnn.datasets.synthetic import (
     synthetic_from_preset,
     typed_graph,
 )
+from jgnn.datasets.tu import load_tu, one_hot_degree, parse_tu_directory
 from jgnn.datasets.types import (
     EntityClassificationDataset,
+    GraphClassificationDataset,
     LinkPredictionDataset,
     NodeClassificationDataset,
     TypedGraph,
@@ -37,6 +39,7 @@ __all__ = [
     "PRESETS",
     "DatasetUnavailableError",
     "EntityClassificationDataset",
+    "GraphClassificationDataset",
     "GraphStats",
     "LinkPredictionDataset",
     "NodeClassificationDataset",
@@ -51,9 +54,12 @@ __all__ = [
     "load_link_prediction",
     "load_ogb_directory",
     "load_planetoid",
+    "load_tu",
+    "one_hot_degree",
     "parse_entities_raw",
     "parse_ntriples",
     "parse_planetoid_raw",
+    "parse_tu_directory",
     "power_law_graph",
     "read_node_classification_npz",
     "read_triples_archive",
