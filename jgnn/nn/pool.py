@@ -1,9 +1,9 @@
 """Top-k graph pooling with static shapes: TopKPooling (Gao & Ji 2019) and SAGPooling (Lee et al. 2019).
 
 PyG's pooling shrinks the arrays; under ``jit`` shapes must stay fixed, so here the pooled graph keeps the
-input's array sizes and moves what is dropped into jraph's padding graph. The input must be padded (its last
-graph is the padding graph, as :func:`jraph.pad_with_graphs` and :func:`jgnn.batching.padded_batches` make
-it). In the output:
+input's array sizes and moves what is dropped into jraph's padding graph. The input must be padded as
+:func:`jraph.pad_with_graphs` (and :func:`jgnn.batching.padded_batches`) pad: one padding graph with at least
+one node, then only empty graphs. In the output:
 
 * graph ``g`` keeps its ``k_g = ceil(ratio * n_g)`` best-scoring nodes, in descending score order, at the
   front (PyG's ``perm`` order); ``n_node[g] = k_g``;
@@ -56,8 +56,11 @@ def topk_select(graph: jraph.GraphsTuple, score: jax.Array, ratio: float, x: jax
     n, e, g = x.shape[0], graph.senders.shape[0], graph.n_node.shape[0]
     ids = graph_ids(graph, n)
     starts = jnp.cumsum(graph.n_node) - graph.n_node
+    # jraph's padding graph: the first of the trailing graphs (it holds the padding nodes, the rest are empty)
+    graph_index = jnp.arange(g)
+    pad_graph = g - jraph.get_number_of_padding_with_graphs_graphs(graph)
     keep_count = jnp.ceil(ratio * graph.n_node.astype(jnp.float32)).astype(jnp.int32)
-    keep_count = keep_count.at[g - 1].set(0)  # the padding graph keeps nothing
+    keep_count = jnp.where(graph_index >= pad_graph, 0, keep_count)  # padding graphs keep nothing
     # rank of every node inside its graph by descending score (ties: lower index first, as a stable sort)
     order = jnp.lexsort((-score, ids))
     rank = jnp.zeros(n, jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32) - starts[ids[order]])
@@ -75,10 +78,9 @@ def topk_select(graph: jraph.GraphsTuple, score: jax.Array, ratio: float, x: jax
     last = jnp.int32(n - 1)
     senders = jnp.where(edge_keep, new_pos[graph.senders], last)[edge_order]
     receivers = jnp.where(edge_keep, new_pos[graph.receivers], last)[edge_order]
-    kept_edges = jax.ops.segment_sum(edge_keep.astype(jnp.int32), ids[graph.senders], g) if e else jnp.zeros(
-        g, jnp.int32)
-    n_edge = kept_edges.at[g - 1].set(e - jnp.sum(kept_edges[:-1]))
-    n_node = keep_count.at[g - 1].set(n - num_kept)
+    kept_edges = jax.ops.segment_sum(edge_keep.astype(jnp.int32), ids[graph.senders], g)
+    n_edge = jnp.where(graph_index == pad_graph, e - jnp.sum(kept_edges), kept_edges)
+    n_node = jnp.where(graph_index == pad_graph, n - num_kept, keep_count)
 
     if isinstance(graph.nodes, Mapping):
         nodes = {k: (x_new if k == "h" else v[perm]) for k, v in graph.nodes.items()}
