@@ -6,7 +6,8 @@ Every loader returns host (NumPy) arrays inside a single-graph ``jraph.GraphsTup
 ``<repo>/../shared/data``, then a download into ``~/.cache/jgnn``).
 """
 from jgnn.datasets.cache import DatasetUnavailableError, data_dir, download, search_dirs
-from jgnn.datasets.convert import from_edge_index, from_networkx, from_scipy
+from jgnn.datasets.convert import from_edge_index, from_networkx, from_pyg, from_pyg_hetero, from_scipy
+from jgnn.datasets.hetero import HeteroNodeClassificationDataset, load_hetero_dblp
 from jgnn.datasets.ogb import load_ogb_directory
 from jgnn.datasets.planetoid import load_planetoid, parse_planetoid_raw, read_node_classification_npz
 from jgnn.datasets.relational import (
@@ -41,6 +42,7 @@ __all__ = [
     "EntityClassificationDataset",
     "GraphClassificationDataset",
     "GraphStats",
+    "HeteroNodeClassificationDataset",
     "LinkPredictionDataset",
     "NodeClassificationDataset",
     "TypedGraph",
@@ -49,8 +51,11 @@ __all__ = [
     "download",
     "from_edge_index",
     "from_networkx",
+    "from_pyg",
+    "from_pyg_hetero",
     "from_scipy",
     "load_entities",
+    "load_hetero_dblp",
     "load_link_prediction",
     "load_ogb_directory",
     "load_planetoid",
