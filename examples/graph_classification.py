@@ -156,6 +156,7 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=None, help="epochs per fold (default 350, the paper's)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
+    p.add_argument("--buckets", type=int, default=3, help="padding bucket sizes (one compilation each)")
     p.add_argument("--smoke", action="store_true", help="2 folds of 2 epochs, for tests")
     p.add_argument("--backend", default="auto", choices=list(jgnn.BACKENDS))
     args = p.parse_args(argv)
@@ -166,7 +167,7 @@ def main(argv=None) -> None:
     epochs = 2 if args.smoke else (args.epochs or config.epochs)
     ds = node_inputs(args.dataset)
     folds = stratified_folds(ds.labels, args.folds, args.seed)
-    buckets = batching.padding_buckets(ds.graph, config.batch_size, seed=args.seed)
+    buckets = batching.padding_buckets(ds.graph, config.batch_size, num_buckets=args.buckets, seed=args.seed)
     print(f"{ds.name}: {ds.num_graphs} graphs, {ds.num_features} node features, {ds.num_classes} classes; "
           f"buckets (nodes, edges, graphs): {[(b.n_node, b.n_edge, b.n_graph) for b in buckets]}", flush=True)
     run_folds = folds[:2] if args.smoke else folds
