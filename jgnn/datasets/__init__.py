@@ -1,5 +1,10 @@
 """Graph data sets for jgnn: real-data loaders, synthetic generators and format converters.
 
+Loaders: Planetoid (node classification), AIFB/MUTAG (entity classification), KG link prediction sets,
+TUDataset graph classification (:func:`load_tu`), heterogeneous DBLP (:func:`load_hetero_dblp`, a
+:class:`jgnn.hetero.HeteroGraph`) and OGB directories. Converters: PyG ``edge_index``, scipy, networkx, PyG
+``Data``/``Batch`` (:func:`from_pyg`) and ``HeteroData`` (:func:`from_pyg_hetero`).
+
 Every loader returns host (NumPy) arrays inside a single-graph ``jraph.GraphsTuple`` with int32
 ``senders``/``receivers``; see :mod:`jgnn.datasets.types` for the containers and conventions and
 :mod:`jgnn.datasets.cache` for where files are looked for (``root=``, ``$JGNN_DATA_DIR``,
