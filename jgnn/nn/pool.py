@@ -42,7 +42,7 @@ def topk_select(graph: jraph.GraphsTuple, score: jax.Array, ratio: float, x: jax
     """Keep the ``ceil(ratio * n_g)`` highest-``score`` nodes of every real graph; scale their features by score.
 
     Args:
-      graph: a padded batch (last graph = padding graph); ``n_node`` [G], ``senders``/``receivers`` [E].
+      graph: a batch padded as jraph pads (see the module doc); ``n_node`` [G], ``senders``/``receivers`` [E].
       score: [N] node scores (already passed through the nonlinearity).
       ratio: fraction of nodes kept per graph, in (0, 1].
       x: [N, F] node features; the output features are ``x[perm] * score[perm]`` on kept nodes, 0 elsewhere.
