@@ -78,7 +78,7 @@ def _graphs(scale: float, seed: int = 0):
     homo = power_law_graph(n, e, PUBMED["features"], PUBMED["classes"], seed=seed)
     typed = typed_graph(n, e, 3, 5, feature_dim=PUBMED["features"], seed=seed)
     g = typed.graph
-    g = g._replace(nodes={"h": jnp.asarray(g.nodes["features"]), "type": jnp.asarray(g.nodes["type"])},
+    g = g._replace(nodes={"h": jnp.asarray(g.nodes["h"]), "type": jnp.asarray(g.nodes["type"])},
                    edges={"type": jnp.asarray(g.edges["type"])})
     homo_graph = homo.graph._replace(nodes=jnp.asarray(homo.graph.nodes))
     labels = jnp.asarray(np.random.default_rng(seed).integers(0, PUBMED["classes"], n), jnp.int32)

@@ -20,13 +20,31 @@ def temp_bytes(step, *args) -> int | None:
     return None if analysis is None else int(analysis.temp_size_in_bytes)
 
 
-def memory_line(auto_bytes: int | None, reference_bytes: int | None, backend: str) -> str:
-    if auto_bytes is None or reference_bytes is None:
+def memory_comparison(step_for, backend: str, *args) -> dict | None:
+    """XLA temp memory of one jitted train step, jgnn's against the reference program's, as measured.
+
+    ``step_for(b)`` builds the step for backend ``b``; it is called with ``backend`` and ``"reference"``.
+    Returns ``{"jgnn_temp_mib", "reference_temp_mib", "change_percent"}`` with ``change_percent =
+    100 * (jgnn - reference) / reference``: negative when jgnn needs less, positive when it needs more (it can:
+    see examples/README.md). ``None`` when XLA reports no memory analysis.
+    """
+    auto, reference = temp_bytes(step_for(backend), *args), temp_bytes(step_for("reference"), *args)
+    if auto is None or reference is None:
+        return None
+    change = 100.0 * (auto - reference) / reference if reference else 0.0
+    return {"jgnn_temp_mib": round(auto / 2**20, 2), "reference_temp_mib": round(reference / 2**20, 2),
+            "change_percent": round(change, 1)}
+
+
+def memory_line(memory: dict | None, backend: str) -> str:
+    """One line that says what was measured: more, less or the same memory, never a 'saving' that is not one."""
+    if memory is None:
         return "memory: XLA did not report a memory analysis on this platform"
-    saved = reference_bytes - auto_bytes
-    pct = 100.0 * saved / reference_bytes if reference_bytes else 0.0
-    return (f"memory (XLA temp buffers of one train step): backend={backend} {auto_bytes / 2**20:.2f} MiB vs "
-            f"reference {reference_bytes / 2**20:.2f} MiB -> saved {saved / 2**20:.2f} MiB ({pct:.1f}%)")
+    change = memory["change_percent"]
+    verdict = (f"{-change:.1f}% less than the reference" if change < 0 else
+               f"{change:.1f}% more than the reference" if change > 0 else "the same as the reference")
+    return (f"memory (XLA temp buffers of one jitted train step): backend={backend} {memory['jgnn_temp_mib']:.2f} "
+            f"MiB, reference {memory['reference_temp_mib']:.2f} MiB: {verdict}")
 
 
 def save_curves(history: dict[str, list[float]], out_dir: str, stem: str, title: str) -> pathlib.Path:

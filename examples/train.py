@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from _common import Timer, default_out_dir, final_json, memory_line, save_curves, temp_bytes
+from _common import Timer, default_out_dir, final_json, memory_comparison, memory_line, save_curves
 from tqdm import tqdm
 
 import jgnn
@@ -233,11 +233,10 @@ def main(argv=None) -> None:
         layer_params = params["conv1"]  # the trained weights (GIN's MLP lives outside conv1: fresh ones)
     report = jgnn.explain(lambda g: conv1.apply({"params": layer_params}, g), graph)
     print(f"compile report (first layer): {report.summary()}")
+    memory = None
     if not args.no_memory:
-        sample = (params, opt_state, key, data)
-        auto = temp_bytes(make_step(model), *sample)
-        reference = temp_bytes(make_step(build("reference")), *sample)
-        print(memory_line(auto, reference, args.backend))
+        memory = memory_comparison(lambda b: make_step(build(b)), args.backend, params, opt_state, key, data)
+        print(memory_line(memory, args.backend))
     stem = f"{args.model}_{args.dataset}_seed{args.seed}"
     png = save_curves(history, args.out_dir, stem, f"{args.model} on {args.dataset} (seed {args.seed})")
     print(f"training curves: {png}")
@@ -246,7 +245,7 @@ def main(argv=None) -> None:
     final_json(model=args.model, dataset=args.dataset, seed=args.seed, test_accuracy=round(best["test_acc"], 4),
                val_accuracy=round(best["val_acc"], 4), best_epoch=best["epoch"], epochs=epoch,
                seconds=round(time.perf_counter() - start, 2), train_seconds=round(train_timer.seconds, 2),
-               backend=args.backend, features=args.features)
+               backend=args.backend, features=args.features, memory=memory)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from _common import Timer, default_out_dir, final_json, memory_line, save_curves, temp_bytes
+from _common import Timer, default_out_dir, final_json, memory_comparison, memory_line, save_curves
 from tqdm import tqdm
 
 import jgnn
@@ -178,10 +178,10 @@ def main(argv=None) -> None:
         sample = graph._replace(nodes={**graph.nodes, "h": params["embed"]["embedding"]})
     report = jgnn.explain(lambda g: conv1.apply({"params": params["conv1"]}, g), sample)
     print(f"compile report (first layer): {report.summary()}")
+    memory = None
     if not args.no_memory:
-        auto = temp_bytes(make_step(model), params, opt_state, data)
-        reference = temp_bytes(make_step(build("reference")), params, opt_state, data)
-        print(memory_line(auto, reference, args.backend))
+        memory = memory_comparison(lambda b: make_step(build(b)), args.backend, params, opt_state, data)
+        print(memory_line(memory, args.backend))
     stem = f"{args.model}_{args.dataset}_seed{args.seed}"
     png = save_curves(history, args.out_dir, stem, f"{args.model} on {args.dataset} (seed {args.seed})")
     print(f"training curves: {png}")
@@ -189,7 +189,7 @@ def main(argv=None) -> None:
     print(f"test accuracy after {epoch} epochs: {final:.4f}")
     final_json(model=args.model, dataset=args.dataset, seed=args.seed, test_accuracy=round(final, 4), epochs=epoch,
                seconds=round(time.perf_counter() - start, 2), train_seconds=round(train_timer.seconds, 2),
-               backend=args.backend)
+               backend=args.backend, memory=memory)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,13 @@ import pathlib
 import pickle
 import tarfile
 
+import jax
 import numpy as np
 import pytest
 
+import jgnn
 from jgnn import datasets as D
+from jgnn import nn as jnn
 from jgnn.datasets import cache, planetoid, relational
 
 # --------------------------------------------------------------------------------------------
@@ -131,13 +134,27 @@ def test_link_prediction_npz_counts(data_dir, name):
     n, r, ntr, nva, nte = LINK_README[name]
     ds = D.load_link_prediction(name, root=data_dir)
     check_graph(ds.graph, n, ntr)
-    assert ds.num_nodes == n and ds.num_relations == r and ds.graph.nodes is None
+    assert ds.num_nodes == n and ds.num_relations == r
+    np.testing.assert_array_equal(ds.graph.nodes["type"], np.zeros(n, np.int32))
     for arr, size in ((ds.train_triples, ntr), (ds.valid_triples, nva), (ds.test_triples, nte)):
         assert arr.dtype == np.int32 and arr.shape == (size, 3)
         assert arr[:, [0, 2]].max() < n and arr[:, 1].max() < r and arr.min() >= 0
     np.testing.assert_array_equal(ds.graph.senders, ds.train_triples[:, 0])
     np.testing.assert_array_equal(ds.graph.edges["type"], ds.train_triples[:, 1])
     np.testing.assert_array_equal(ds.graph.receivers, ds.train_triples[:, 2])
+
+
+def test_link_prediction_graph_is_typed(data_dir):
+    """The KG graph is a typed graph with one node type: the relational modules name the missing "h"
+    features instead of claiming the graph lacks node types."""
+    ds = D.load_link_prediction("nations", root=data_dir, add_inverse=True)
+    jgnn.validate(ds.graph, typed=True, num_node_types=1, num_edge_types=ds.num_relations)
+    conv = jnn.RGCNConv(4, ds.num_relations, input_dim=ds.num_nodes)
+    with pytest.raises(ValueError, match='"h"'):
+        conv.init(jax.random.key(0), ds.graph)
+    ids = ds.graph._replace(nodes={**ds.graph.nodes, "h": np.arange(ds.num_nodes, dtype=np.int32)})
+    out, _ = conv.init_with_output(jax.random.key(0), ids)
+    assert out.nodes["h"].shape == (ds.num_nodes, 4)
 
 
 def test_link_prediction_add_inverse(data_dir):
@@ -273,6 +290,40 @@ def test_download(tmp_path):
     msg = str(err.value)
     assert "'x.bin'" in msg and "missing.bin" in msg and str(tmp_path / "a") in msg
     assert not (tmp_path / "x.bin").exists()
+
+
+def test_failed_download_leaves_no_directory(tmp_path):
+    """No network: neither the file nor the cache directories created for it remain."""
+    missing = (tmp_path / "missing.bin").as_uri()
+    with pytest.raises(D.DatasetUnavailableError):
+        D.download(missing, tmp_path / "cache" / "sub" / "x.bin")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_download_all_is_all_or_nothing(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("A")
+    files = {"a.txt": (src / "a.txt").as_uri(), "b.txt": (src / "b.txt").as_uri()}
+    with pytest.raises(D.DatasetUnavailableError) as err:
+        cache.download_all(files, tmp_path / "cache" / "set", searched=[tmp_path / "looked"])
+    assert "b.txt" in str(err.value) and str(tmp_path / "cache" / "set") in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no cache dir, no staging dir
+    (src / "b.txt").write_text("B")
+    out = cache.download_all(files, tmp_path / "cache" / "set")
+    assert sorted(p.name for p in out.iterdir()) == ["a.txt", "b.txt"]
+    assert (out / "b.txt").read_text() == "B"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["set"]
+
+
+def test_failed_planetoid_download_leaves_no_cache_directory(isolated, monkeypatch):
+    src = isolated / "mirror"
+    write_planetoid_raw(src, "cora", [7, 4, 6, 5])
+    (src / "ind.cora.graph").unlink()  # one of the eight files cannot be fetched
+    monkeypatch.setattr(planetoid, "PLANETOID_URL", src.as_uri() + "/ind.{name}.{suffix}")
+    with pytest.raises(D.DatasetUnavailableError, match="ind.cora.graph"):
+        D.load_planetoid("cora")
+    assert not (isolated / "cache").exists()
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,7 +552,7 @@ def test_typed_graph_consistency(n, e, tn, te):
     np.testing.assert_array_equal(ntype[g.senders], tg.relation_schema[etype, 0])
     np.testing.assert_array_equal(ntype[g.receivers], tg.relation_schema[etype, 1])
     assert (np.diff(etype) >= 0).all() and (np.diff(ntype) >= 0).all()
-    assert g.nodes["features"].shape == (n, 5) and g.nodes["features"].dtype == np.float32
+    assert g.nodes["h"].shape == (n, 5) and g.nodes["h"].dtype == np.float32
 
 
 def test_typed_graph_errors():

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 ENV_VAR = "JGNN_DATA_DIR"
 
@@ -74,6 +74,37 @@ def find_file(relpaths: str | Sequence[str], dirs: Iterable[pathlib.Path]) -> pa
     return None
 
 
+def _missing_dirs(directory: pathlib.Path) -> list[pathlib.Path]:
+    """``directory`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for d in (directory, *directory.parents):
+        if d.exists():
+            break
+        missing.append(d)
+    return missing
+
+
+def _remove_empty(dirs: Iterable[pathlib.Path]) -> None:
+    """Remove the directories a failed download created (deepest first), stopping at a non-empty one."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return
+
+
+def _unavailable(name: str, url: str, dest: pathlib.Path, searched: Iterable[os.PathLike], err) -> Exception:
+    dirs = ", ".join(str(d) for d in searched) or "(none)"
+    return DatasetUnavailableError(
+        f"data file {name!r} is not available: it was not found in the searched "
+        f"directories [{dirs}] and downloading it from {url} to {dest} failed ({err}). "
+        f"Without network access, place the file in one of those directories or set "
+        f"${ENV_VAR}."
+    )
+
+
 def download(
     url: str,
     dest: str | os.PathLike,
@@ -85,14 +116,17 @@ def download(
 
     If ``dest`` already exists it is returned untouched. On any network or file error raises
     :class:`DatasetUnavailableError` whose message names the file, the URL and the directories
-    in ``searched`` (the places the caller looked before trying to download).
+    in ``searched`` (the places the caller looked before trying to download). A failed download
+    leaves nothing behind: no partial file and none of the directories it created.
     """
     dest = pathlib.Path(dest)
     if dest.is_file():
         return dest
+    created = _missing_dirs(dest.parent)
+    searched = list(searched)
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
         with urllib.request.urlopen(url, timeout=timeout) as response:
+            dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -102,14 +136,53 @@ def download(
                 pathlib.Path(tmp).unlink(missing_ok=True)
                 raise
     except (urllib.error.URLError, OSError, ValueError) as err:
-        dirs = ", ".join(str(d) for d in searched) or "(none)"
-        raise DatasetUnavailableError(
-            f"data file {dest.name!r} is not available: it was not found in the searched "
-            f"directories [{dirs}] and downloading it from {url} to {dest} failed ({err}). "
-            f"Without network access, place the file in one of those directories or set "
-            f"${ENV_VAR}."
-        ) from err
+        _remove_empty(created)
+        raise _unavailable(dest.name, url, dest, searched, err) from err
     return dest
+
+
+def download_all(
+    files: Mapping[str, str],
+    directory: str | os.PathLike,
+    *,
+    searched: Iterable[os.PathLike] = (),
+    timeout: float = 60.0,
+) -> pathlib.Path:
+    """Download every ``{file name: url}`` of ``files`` into ``directory``, all or nothing; return it.
+
+    Files already in ``directory`` are kept. The others are downloaded into a hidden staging directory
+    beside it and moved in only once all of them arrived, so a failure (for example no network) leaves no
+    half-filled ``directory`` and no directory that did not exist before.
+    """
+    directory = pathlib.Path(directory)
+    todo = {name: url for name, url in files.items() if not (directory / name).is_file()}
+    if not todo:
+        return directory
+    created = _missing_dirs(directory)
+    searched = list(searched)
+    staging, ok, name = None, False, next(iter(todo))
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = pathlib.Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".part"))
+        for name, url in todo.items():
+            try:
+                download(url, staging / name, timeout=timeout)
+            except DatasetUnavailableError as err:  # name the real destination, not the staging directory
+                raise _unavailable(name, url, directory / name, searched, err.__cause__) from err.__cause__
+        directory.mkdir(exist_ok=True)
+        for name in todo:
+            os.replace(staging / name, directory / name)
+        ok = True
+    except DatasetUnavailableError:
+        raise
+    except OSError as err:
+        raise _unavailable(name, todo[name], directory / name, searched, err) from err
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if not ok:
+            _remove_empty(created)
+    return directory
 
 
 def fetch(

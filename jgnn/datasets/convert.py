@@ -2,11 +2,13 @@
 
 * :func:`from_edge_index` -- PyTorch Geometric style ``edge_index`` [2, E] (row 0 = senders);
 * :func:`from_scipy` -- a square scipy sparse adjacency (COO/CSR/...; row index = sender);
-* :func:`from_networkx` -- a networkx (Di/Multi)Graph; undirected edges become two directed edges.
+* :func:`from_networkx` -- a networkx (Di/Multi)Graph; undirected edges become two directed edges;
+* :func:`from_pyg` -- a PyTorch Geometric ``Data`` (or a ``Batch`` of several graphs);
+* :func:`from_pyg_hetero` -- a PyTorch Geometric ``HeteroData``, as a :class:`jgnn.hetero.HeteroGraph`.
 
 Every converter validates its input and raises ``TypeError``/``ValueError`` naming the bad field.
 The returned graphs hold NumPy arrays: ``senders``/``receivers`` int32 [E], ``n_node`` = [N],
-``n_edge`` = [E] (int32), ``globals = None``. scipy and networkx are imported lazily.
+``n_edge`` = [E] (int32), ``globals = None``. scipy, networkx and torch are imported lazily.
 """
 from __future__ import annotations
 
@@ -182,3 +184,66 @@ def from_networkx(g, *, node_attrs=(), edge_attrs=()) -> jraph.GraphsTuple:
     if len(order) > _INT32_MAX:
         raise ValueError(f"g has {len(order)} nodes, more than int32 can index")
     return make_graph(senders, receivers, len(order), nodes=nodes, edges=edges)
+
+
+def _numpy(tensor, what: str) -> np.ndarray:
+    """A torch tensor (or array-like) as NumPy: float64 -> float32, int64 -> int32 for the jgnn conventions."""
+    arr = tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
+    if arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    if arr.dtype == np.int64 and what != "edge_index":
+        arr = arr.astype(np.int32)
+    return arr
+
+
+def _pyg_fields(store, names) -> dict | None:
+    out = {k: _numpy(store[k], k) for k in names if k in store and store[k] is not None}
+    return out or None
+
+
+def from_pyg(data, *, node_attrs=("x",), edge_attrs=("edge_attr",)) -> jraph.GraphsTuple:
+    """Build a graph from a PyTorch Geometric ``Data``, or a ``Batch`` of graphs (then ``n_node``/``n_edge`` [G]).
+
+    ``nodes`` is ``data.x`` as float32 [N, F] when ``node_attrs == ("x",)`` (``None`` without ``x``), else a
+    dict of the named node attributes; ``edges`` likewise from ``edge_attrs``. A ``Batch`` (``data.ptr`` set)
+    keeps its graphs: its edges must be grouped by graph, as ``Batch.from_data_list`` makes them.
+    """
+    if not hasattr(data, "edge_index"):
+        raise TypeError(f"data must be a torch_geometric Data, got {type(data).__name__}")
+    num_nodes = int(data.num_nodes)
+    nodes = _pyg_fields(data, node_attrs)
+    edges = _pyg_fields(data, edge_attrs)
+    if tuple(node_attrs) == ("x",) and nodes is not None:
+        nodes = nodes["x"]
+    if tuple(edge_attrs) == ("edge_attr",) and edges is not None:
+        edges = edges["edge_attr"]
+    graph = from_edge_index(_numpy(data.edge_index, "edge_index"), num_nodes, nodes=nodes, edges=edges)
+    ptr = getattr(data, "ptr", None)
+    if ptr is None:
+        return graph
+    ptr = _numpy(ptr, "edge_index").astype(np.int64)
+    node_graph = np.repeat(np.arange(ptr.shape[0] - 1), np.diff(ptr))
+    edge_graph = node_graph[graph.senders]
+    if np.any(np.diff(edge_graph) < 0):
+        raise ValueError("from_pyg: the batch's edges are not grouped by graph")
+    n_edge = np.bincount(edge_graph, minlength=ptr.shape[0] - 1)
+    return graph._replace(n_node=np.diff(ptr).astype(np.int32), n_edge=n_edge.astype(np.int32))
+
+
+def from_pyg_hetero(data):
+    """Build a :class:`jgnn.hetero.HeteroGraph` from a PyTorch Geometric ``HeteroData``.
+
+    Node and edge types keep ``data.node_types`` / ``data.edge_types`` order (so ``to_typed_graph`` gives the
+    type ids of PyG's ``to_homogeneous``); ``x`` of each node type and ``edge_attr`` of each edge type become the
+    features (float32).
+    """
+    from jgnn.hetero import HeteroGraph
+
+    if not hasattr(data, "node_types") or not hasattr(data, "edge_types"):
+        raise TypeError(f"data must be a torch_geometric HeteroData, got {type(data).__name__}")
+    num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+    edge_index = {tuple(et): _numpy(data[et].edge_index, "edge_index") for et in data.edge_types}
+    node_features = {t: _numpy(data[t].x, "x") for t in data.node_types if getattr(data[t], "x", None) is not None}
+    edge_features = {tuple(et): _numpy(data[et].edge_attr, "edge_attr") for et in data.edge_types
+                     if getattr(data[et], "edge_attr", None) is not None}
+    return HeteroGraph(num_nodes, edge_index, node_features, edge_features)

@@ -182,7 +182,6 @@ def load_planetoid(
             f"Planetoid {name!r}: neither {name}.npz nor ind.{name}.* found in "
             f"[{', '.join(map(str, dirs))}] and allow_download=False"
         )
-    target = cache.data_dir() / "planetoid"
-    for s in RAW_SUFFIXES:
-        cache.download(PLANETOID_URL.format(name=name, suffix=s), target / f"ind.{name}.{s}", searched=dirs)
+    files = {f"ind.{name}.{s}": PLANETOID_URL.format(name=name, suffix=s) for s in RAW_SUFFIXES}
+    target = cache.download_all(files, cache.data_dir() / "planetoid", searched=dirs)
     return parse_planetoid_raw(target, name)

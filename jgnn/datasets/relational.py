@@ -288,9 +288,8 @@ def load_entities(
             f"entity data set {name!r}: neither {name}.npz nor {name}/{raw_files[0]} found in "
             f"[{', '.join(map(str, dirs))}] and allow_download=False"
         )
-    target = cache.data_dir() / name
-    for f in raw_files:
-        cache.download(_LATENT_GCN.format(name=name, file=f), target / f, searched=dirs)
+    files = {f: _LATENT_GCN.format(name=name, file=f) for f in raw_files}
+    target = cache.download_all(files, cache.data_dir() / name, searched=dirs)
     return entity_dataset_from_arrays(parse_entities_raw(target, name), name, **kw)
 
 
@@ -389,7 +388,7 @@ def link_prediction_from_arrays(
         train[:, 0], train[:, 2], train[:, 1], num_nodes, num_rel, add_inverse=add_inverse
     )
     return LinkPredictionDataset(
-        graph=make_graph(s, r, num_nodes, edges={"type": t}),
+        graph=make_graph(s, r, num_nodes, nodes={"type": np.zeros(num_nodes, np.int32)}, edges={"type": t}),
         train_triples=train,
         valid_triples=np.asarray(arrays["valid_triples"], dtype=np.int32).reshape(-1, 3),
         test_triples=np.asarray(arrays["test_triples"], dtype=np.int32).reshape(-1, 3),
@@ -409,7 +408,7 @@ def load_link_prediction(
     """Load a KG link prediction set: fb15k237, wn18rr, kinship, nations or umls (ConvE splits).
 
     The message-passing graph uses the raw directed train triples (``senders = head``,
-    ``receivers = tail``, ``edges = {"type": relation}``, ``nodes = None``); pass
+    ``receivers = tail``, ``edges = {"type": relation}``, ``nodes = {"type": zeros}``: one node type); pass
     ``add_inverse=True`` to append reverse edges with type ``relation + R`` (then
     ``num_relations = 2R``). Triples always use the raw relation ids in ``[0, R)``.
 

@@ -153,7 +153,8 @@ def typed_graph(
       ``num_edges >= num_edge_types``. An edge of type ``r`` has a sender drawn uniformly from
       the nodes of type ``relation_schema[r, 0]`` and a receiver from those of type
       ``relation_schema[r, 1]``.
-    * ``feature_dim``: when given, ``nodes["features"]`` is standard normal float32 [N, D].
+    * ``feature_dim``: when given, ``nodes["h"]`` is standard normal float32 [N, D] (``"h"`` is the
+      feature key every `jgnn.nn` module reads, so the graph feeds HGT/RGCN/RGAT as it is).
     """
     if num_node_types < 1 or num_edge_types < 1:
         raise ValueError(f"need >= 1 node and edge type, got {num_node_types}, {num_edge_types}")
@@ -172,7 +173,7 @@ def typed_graph(
     r = starts[dst_t] + (rng.random(num_edges) * counts[dst_t]).astype(np.int64)
     nodes = {"type": node_type}
     if feature_dim is not None:
-        nodes["features"] = rng.standard_normal((num_nodes, feature_dim), dtype=np.float32)
+        nodes["h"] = rng.standard_normal((num_nodes, feature_dim), dtype=np.float32)
     return TypedGraph(
         graph=make_graph(s, r, num_nodes, nodes=nodes, edges={"type": edge_type}),
         relation_schema=schema,

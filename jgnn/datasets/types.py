@@ -95,7 +95,9 @@ class LinkPredictionDataset:
 
     Attributes:
       graph: the message-passing graph built from the training triples: ``senders = head``,
-        ``receivers = tail``, ``edges = {"type": relation}`` (int32 [E]); ``nodes = None``;
+        ``receivers = tail``, ``edges = {"type": relation}`` (int32 [E]); ``nodes = {"type": int32 [N]}``,
+        all zeros (a knowledge graph has one node type), so it is a typed graph for `jgnn.nn` and
+        `jgnn.validate(graph, typed=True)`; add the entity features or ids as ``nodes["h"]``;
         ``n_node = [num_nodes]``.
       train_triples, valid_triples, test_triples: int32 [*, 3] rows ``(head, relation, tail)``.
       num_nodes: number of entities (ids cover every split).
@@ -121,7 +123,7 @@ class TypedGraph(_GraphSizes):
     """A synthetic heterogeneous graph whose edge types respect a fixed relation schema.
 
     Attributes:
-      graph: ``nodes = {"type": int32 [N]}`` (plus ``"features": float32 [N, D]`` when requested),
+      graph: ``nodes = {"type": int32 [N]}`` (plus ``"h": float32 [N, D]`` when requested),
         ``edges = {"type": int32 [E]}``; int32 senders/receivers.
       relation_schema: int32 [R, 2]; row ``r`` is ``(src_node_type, dst_node_type)`` of relation
         ``r``: every edge of type ``r`` goes from a node of type ``relation_schema[r, 0]`` to a node
@@ -160,3 +162,71 @@ def make_graph(
         n_edge=np.asarray([senders.shape[0]], dtype=np.int32),
         globals=None,
     )
+
+
+def make_batched_graph(
+    senders: np.ndarray,
+    receivers: np.ndarray,
+    n_node: np.ndarray,
+    n_edge: np.ndarray,
+    *,
+    nodes=None,
+    edges=None,
+) -> jraph.GraphsTuple:
+    """Assemble a ``GraphsTuple`` holding ``G`` graphs (int32 indices and counts, ``globals = None``).
+
+    ``n_node``/``n_edge`` [G] count each graph's nodes and edges; graph ``g``'s nodes and edges are contiguous
+    and in graph order (jraph's batching convention); ``senders``/``receivers`` use global node ids.
+    """
+    return jraph.GraphsTuple(
+        nodes=nodes,
+        edges=edges,
+        senders=np.ascontiguousarray(senders, dtype=np.int32),
+        receivers=np.ascontiguousarray(receivers, dtype=np.int32),
+        n_node=np.asarray(n_node, dtype=np.int32),
+        n_edge=np.asarray(n_edge, dtype=np.int32),
+        globals=None,
+    )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GraphClassificationDataset:
+    """Many small graphs with one class label each (TUDataset style).
+
+    Attributes:
+      graph: all ``G`` graphs in one ``GraphsTuple`` (disjoint union, global 0-based node ids, graph ``g``'s
+        nodes and edges contiguous): ``n_node``/``n_edge`` int32 [G]; ``nodes`` float32 [N, F] or ``None``;
+        ``edges`` float32 [E, L] (one-hot edge labels) or ``None``; ``globals = None``. Use
+        :func:`jgnn.batching.select_graphs` and :func:`jgnn.batching.padded_batches` to cut it into batches.
+      labels: int32 [G] class ids in ``[0, num_classes)``.
+      num_classes: number of classes ``C``.
+      node_labels: int32 [N] discrete node labels (0-based), or ``None``.
+      node_attributes: float32 [N, d] continuous node attributes, or ``None``.
+      edge_labels: int32 [E] discrete edge labels, or ``None``.
+      name: data set name (TU spelling, e.g. ``"IMDB-BINARY"``).
+    """
+
+    graph: jraph.GraphsTuple
+    labels: np.ndarray
+    num_classes: int
+    node_labels: np.ndarray | None
+    node_attributes: np.ndarray | None
+    edge_labels: np.ndarray | None
+    name: str
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.graph.n_node.shape[0])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(np.sum(self.graph.n_node))
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.graph.senders.shape[0])
+
+    @property
+    def num_features(self) -> int | None:
+        """Node feature width ``F``, or ``None`` when the graphs have no node features."""
+        return None if self.graph.nodes is None else int(self.graph.nodes.shape[1])

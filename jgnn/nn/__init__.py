@@ -15,6 +15,8 @@ from jgnn.nn.gat import GATConv, GATv2Conv
 from jgnn.nn.gcn import GCNConv
 from jgnn.nn.gin import EdgeConv, GINConv
 from jgnn.nn.hgt import HGTConv
+from jgnn.nn.pool import Pooled, SAGPooling, TopKPooling
+from jgnn.nn.readout import AttentionReadout, Set2Set, max_pool, mean_pool, sum_pool
 from jgnn.nn.rgat import RGATConv
 from jgnn.nn.rgcn import RGCNConv
 from jgnn.nn.sage import SAGEConv
@@ -22,4 +24,5 @@ from jgnn.nn.sage import SAGEConv
 __all__ = [
     "EdgeConv", "GATConv", "GATv2Conv", "GCNConv", "GINConv", "HGTConv", "RGATConv", "RGCNConv", "SAGEConv",
     "add_self_loops", "in_degree", "in_degree_per_type",
+    "AttentionReadout", "Pooled", "SAGPooling", "Set2Set", "TopKPooling", "max_pool", "mean_pool", "sum_pool",
 ]
