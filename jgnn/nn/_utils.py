@@ -130,6 +130,12 @@ class NodeSets:
                                        jnp.zeros((after,) + x.shape[1:], x.dtype)]), tree)
         return {"src": pad(src, 0, self.num_dst), "dst": pad(dst, self.num_src, 0)}
 
+    def with_dst(self, rows: dict, **arrays) -> dict:
+        """``rows`` with per-node ``arrays`` (already one row per message-passing node) in the destination part."""
+        if not self.bipartite:
+            return {**rows, **arrays}
+        return {**rows, "dst": {**rows["dst"], **arrays}}
+
     def graph(self, graph: jraph.GraphsTuple, nodes, edges=None) -> jraph.GraphsTuple:
         """The graph message passing runs on: ``graph``'s edges over ``nodes`` (see `rows`)."""
         if not self.bipartite:
