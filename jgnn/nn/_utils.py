@@ -124,6 +124,9 @@ class NodeSets:
     def rows(self, src: dict, dst: dict) -> dict:
         """Node rows holding the source part ``src`` ([N_src, ...] leaves) and destination part ``dst``."""
         if not self.bipartite:
+            shared = [k for k in src.keys() & dst.keys() if src[k] is not dst[k]]
+            if shared:  # one node set: a key names one array for both roles
+                raise ValueError(f"node row keys {sorted(shared)} hold different source and destination arrays")
             return {**src, **dst}
         pad = lambda tree, before, after: jax.tree_util.tree_map(
             lambda x: jnp.concatenate([jnp.zeros((before,) + x.shape[1:], x.dtype), x,
@@ -332,7 +335,14 @@ def promote(dtype, *xs):
     ``None``, to the promoted floating dtype of all of them."""
     leaves = [leaf for x in xs for leaf in jax.tree_util.tree_leaves(x)]
     target = nn.dtypes.canonicalize_dtype(*leaves, dtype=dtype)
-    return [jax.tree_util.tree_map(lambda a: jnp.asarray(a, target), x) for x in xs]
+    cast = {}  # one array passed twice (x_src is x_dst) stays one array
+
+    def convert(a):
+        if id(a) not in cast:
+            cast[id(a)] = (a, jnp.asarray(a, target))
+        return cast[id(a)][1]
+
+    return [jax.tree_util.tree_map(convert, x) for x in xs]
 
 
 def dense(module: nn.Module, features: int, *, use_bias: bool = True, name: str | None = None) -> nn.Dense:
