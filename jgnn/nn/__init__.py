@@ -11,17 +11,20 @@ Typed modules start with ``jgnn.validate(graph, typed=True)`` and reject graphs 
 """
 
 from jgnn.nn._utils import add_self_loops, in_degree, in_degree_per_type
+from jgnn.nn.appnp import APPNP
+from jgnn.nn.cheb import ChebConv
 from jgnn.nn.gat import GATConv, GATv2Conv
 from jgnn.nn.gcn import GCNConv
 from jgnn.nn.gin import EdgeConv, GINConv, GINEConv
 from jgnn.nn.hgt import HGTConv
+from jgnn.nn.pna import PNAConv
 from jgnn.nn.rgat import RGATConv
 from jgnn.nn.rgcn import RGCNConv
 from jgnn.nn.sage import GraphConv, SAGEConv
 from jgnn.nn.transformer import TransformerConv
 
 __all__ = [
-    "EdgeConv", "GATConv", "GATv2Conv", "GCNConv", "GINConv", "GINEConv", "GraphConv", "HGTConv", "RGATConv",
+    "APPNP", "ChebConv", "EdgeConv", "GATConv", "GATv2Conv", "GCNConv", "GINConv", "GINEConv", "GraphConv", "HGTConv", "PNAConv", "RGATConv",
     "RGCNConv", "SAGEConv", "TransformerConv",
     "add_self_loops", "in_degree", "in_degree_per_type",
 ]
