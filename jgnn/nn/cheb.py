@@ -98,8 +98,9 @@ class ChebConv(nn.Module):
                                             backend=self.backend, remat=self.remat, layout=layout)
             nodes = {k: v.astype(x.dtype) for k, v in nodes.items()}
             phi = lambda src, dst, edge: (-src["a"] * edge["w"].astype(x.dtype) * dst["b"] * src["s"]) * src["h"]
-            layer = message_passing(phi, lambda mb, node: mailbox.sum(mb), lambda node, agg: agg + node["diag"] * node["h"],
-                                    backend=self.backend, remat=self.remat)
+            psi = lambda node, agg: agg + node["diag"] * node["h"]  # the diagonal of L-hat, per node
+            layer = message_passing(phi, lambda mb, node: mailbox.sum(mb), psi, backend=self.backend,
+                                    remat=self.remat)
             propagate = lambda h: layer(graph._replace(nodes={**nodes, "h": h}, edges=edges), layout=layout).nodes
             t_prev, t_cur = x, propagate(x)
             out = out + t_cur @ kernel[1]
