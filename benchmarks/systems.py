@@ -240,7 +240,7 @@ def jgnn_layers(spec: suites.ModelSpec, data: Data, backend: str) -> tuple:
     make = {
         "gcn": lambda f, h: cls(f, backend=backend),
         "gat": lambda f, h: cls(f, num_heads=h, concat=True, backend=backend),
-        "rgcn": lambda f, h: cls(f, num_relations=r, num_bases=None, self_loop=True, backend=backend),
+        "rgcn": lambda f, h: cls(f, num_relations=r, num_bases=None, root_weight=True, backend=backend),
         "rgat": lambda f, h: cls(f, num_relations=r, num_heads=h, backend=backend),
         "hgt": lambda f, h: cls(f, num_heads=h, num_node_types=t, num_edge_types=r, backend=backend),
     }[spec.kind]
@@ -270,7 +270,9 @@ def build_jax_model(system: str, case: suites.Case, data: Data, device: str) -> 
     model = Stack(layers)
     graph = jax.device_put(data.graph)
     # jgnn gets the sorted CSRs and typed pairs built once on the host, as PyG gets its CSR: preprocessing
-    layout = jax.device_put(GraphLayout.from_graph(data.graph)) if system == "jgnn" else None
+    # GCNConv and GATConv append a self-loop per node: their layout describes the graph with those loops
+    layout = jax.device_put(GraphLayout.from_graph(data.graph, self_loops=spec.kind in ("gcn", "gat"))) \
+        if system == "jgnn" else None
     params = random_params(model, graph)
     out_dim = layer_dims(spec, data)[-1]
     labels = jax.device_put(data.labels % (out_dim[0] * out_dim[1]))

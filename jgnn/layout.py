@@ -6,11 +6,11 @@ reverse CSR the backward passes use. For a typed graph it also holds the unique 
 Padding edges of ``jraph.pad_with_graphs`` are excluded from the CSRs so they never form a fake hub.
 
 A layout describes one edge list: the graph's own edges, or (``self_loops=True``) the graph's edges followed
-by one ``i -> i`` edge per node, in the order `jgnn.nn` layers append them (`with_self_loops`). It records a
-fingerprint of that edge list; a compiled function checks it against the graph it is used with whenever the
-graph's arrays are concrete, and raises `LayoutMismatchError` naming the difference. Pass a layout to a layer
-(``layer(graph, layout=layout)``) or a compiled function; without it the Pallas kernels sort the edges inside
-the program on every call, which `explain` reports.
+by one ``i -> i`` edge per node, in the order `append_self_loops` fixes (the one place: `jgnn.nn` layers that add
+loops use it too). It records a fingerprint of the graph; a compiled function checks it against the graph it is
+used with whenever the graph's arrays are concrete, and raises `LayoutMismatchError` naming the difference.
+Pass a layout to a layer (``layer(graph, layout=layout)``) or a compiled function; without it the Pallas kernels
+sort the edges inside the program on every call, which `explain` reports.
 """
 
 from __future__ import annotations
@@ -48,11 +48,32 @@ class TypedPairs(NamedTuple):
                    edge_pair.astype(np.int32).reshape(-1))
 
 
-def with_self_loops(senders, receivers, num_nodes: int, xp=jnp):
-    """The edge list of a graph plus one ``i -> i`` edge per node, appended (what layers aggregate over)."""
+def append_self_loops(senders, receivers, n_node, n_edge, num_nodes: int, xp=jnp):
+    """The edge list with one ``i -> i`` edge per node appended after the existing edges.
+
+    Args:
+      senders, receivers: int ``[E]``.
+      n_node, n_edge: int ``[G]`` per-graph counts (unused: kept for the callers' symmetry with jraph batching).
+      num_nodes: ``N``, the static number of nodes.
+
+    Returns ``(senders', receivers', None)``: int32 ``[E + N]``, and no reordering. The loops follow every edge
+    of the batch rather than each graph's own edges: message passing does not depend on the order of edges, and a
+    permutation computed in the program would be data the compiler cannot see through. (A padding graph's loops
+    join its own padding nodes, so padding still never reaches a real node.)
+    """
+    del n_node, n_edge
     loop = xp.arange(num_nodes, dtype=np.int32)
-    return xp.concatenate([xp.asarray(senders, np.int32), loop]), xp.concatenate([xp.asarray(receivers, np.int32),
-                                                                                   loop])
+    return (xp.concatenate([xp.asarray(senders, np.int32), loop]),
+            xp.concatenate([xp.asarray(receivers, np.int32), loop]), None)
+
+
+def with_self_loops(graph: jraph.GraphsTuple) -> jraph.GraphsTuple:
+    """``graph``'s edge structure with `append_self_loops` applied (``n_edge`` grows by ``n_node``); ``edges`` is
+    dropped (``jgnn.nn.add_self_loops`` is the layer-side version that extends edge features)."""
+    n = graph_lib.num_nodes(graph)
+    senders, receivers, _ = append_self_loops(graph.senders, graph.receivers, graph.n_node, graph.n_edge, n)
+    return graph._replace(senders=senders, receivers=receivers, edges=None,
+                          n_edge=graph.n_edge + jnp.asarray(graph.n_node, jnp.result_type(graph.n_edge)))
 
 
 def fingerprint(senders, receivers, types=None) -> str:
@@ -68,7 +89,8 @@ def fingerprint(senders, receivers, types=None) -> str:
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
 class GraphLayout:
-    """The CSRs (and typed pairs) of one edge list; ``self_loops``, ``num_nodes`` and ``digest`` are static."""
+    """The CSRs (and typed pairs) of one edge list; ``self_loops``, ``num_nodes``, ``digest`` and ``reversed``
+    are static (they live in the pytree structure, so they stay Python values under ``jit``)."""
 
     csr: pk.CSR
     rev_csr: pk.CSR
@@ -76,9 +98,10 @@ class GraphLayout:
     self_loops: bool = False
     num_nodes: int = 0
     digest: str = ""
+    reversed: bool = False  # describes the graph with every edge turned around (see `reverse`)
 
     def tree_flatten(self):
-        return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest)
+        return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -96,12 +119,17 @@ class GraphLayout:
         types = None if types is None else np.asarray(types)
         digest = fingerprint(senders, receivers, types)
         if self_loops:
-            senders, receivers = with_self_loops(senders, receivers, n, np)
-            valid = np.concatenate([valid, np.ones(n, bool)])
+            senders, receivers, _ = append_self_loops(senders, receivers, graph.n_node, graph.n_edge, n, np)
+            loops_valid = np.asarray(jraph.get_node_padding_mask(graph)) if padded else np.ones(n, bool)
+            valid = np.concatenate([valid, loops_valid])  # a padding node's loop is padding
             types = None  # the self-loop relation is the layer's choice: typed pairs describe the graph's own edges
         csr, rev = pk.build_csr_numpy(senders, receivers, n, valid)
         pairs = None if types is None else TypedPairs.from_edges(senders, types)
         return cls(csr, rev, pairs, self_loops, n, digest)
+
+    def reverse(self) -> GraphLayout:
+        """The layout of the graph with every edge turned around: its two CSRs swap roles."""
+        return dataclasses.replace(self, csr=self.rev_csr, rev_csr=self.csr, pairs=None, reversed=not self.reversed)
 
     def edges_name(self, graph: int) -> str:
         """The edge list the compiler matches this layout to (`jgnn.facts.Info.edges`)."""
@@ -117,7 +145,9 @@ class GraphLayout:
             raise LayoutMismatchError(f"the GraphLayout was built for a graph of {self.num_nodes} nodes; this graph "
                                       f"has {n}")
         types = None if arrays[2] is None else np.asarray(arrays[2])
-        if self.digest and fingerprint(graph.senders, graph.receivers, types) != self.digest:
+        senders, receivers = (graph.receivers, graph.senders) if self.reversed else (graph.senders, graph.receivers)
+        if self.digest and fingerprint(senders, receivers, None if self.reversed else types) != self.digest \
+                and fingerprint(senders, receivers) != self.digest:
             raise LayoutMismatchError("the GraphLayout was built for another graph: this graph's senders, receivers "
                                       "or edge types differ (build it with GraphLayout.from_graph(graph))")
 

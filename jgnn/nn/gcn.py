@@ -1,9 +1,11 @@
-"""Graph convolution (Kipf & Welling, 2017)."""
+"""Graph convolution (Kipf & Welling, 2017) and its symmetric normalisation, shared with `APPNP`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import jraph
 
@@ -13,49 +15,149 @@ from jgnn.message_passing import message_passing
 from jgnn.nn import _utils
 
 
+class Normalized(NamedTuple):
+    """A graph ready for normalised propagation: ``h_i' = sum_j coefficient(src_j, dst_i, edge) * h_j``.
+
+    ``graph`` is the graph to propagate on (self-loops appended where asked) with ``edges`` holding what
+    ``coefficient`` reads; ``nodes`` holds the per-node arrays it reads (merge them into the node rows).
+    """
+
+    graph: jraph.GraphsTuple
+    nodes: dict
+    coefficient: Callable | None  # None: every coefficient is 1
+
+
+def _inv_sqrt(deg):
+    """``deg ** -0.5`` with 0 for degree 0 (PyG masks the inf), safe to differentiate."""
+    zero = deg == 0
+    return jnp.where(zero, 0.0, jnp.where(zero, 1.0, deg) ** -0.5)
+
+
+def _loop_stats(looped: jraph.GraphsTuple, weighted: bool, *, backend, remat, layout):
+    """Per node: the weight of its non-loop in-edges, whether it had a self-loop, and that loop's weight.
+
+    PyG's ``add_remaining_self_loops`` keeps an existing loop's weight (the last loop, with duplicates)."""
+    zeros = jnp.zeros((graph_lib.num_nodes(looped),), jnp.float32)
+    run = lambda phi, reduce="sum", nodes=zeros: _utils.aggregate(looped._replace(nodes=nodes), phi, reduce,
+                                                                  backend=backend, remat=remat, layout=layout)
+    if weighted:
+        last = run(lambda src, dst, edge: edge["lp"], "max")
+        stats = run(lambda src, dst, edge: {"deg": edge["w"], "has": edge["loop"],
+                                            "lw": jnp.where(edge["lp"] == dst, edge["lw"], 0.0)}, nodes=last)
+        return stats["deg"], stats["has"], stats["lw"]
+    stats = run(lambda src, dst, edge: {"deg": edge["w"], "has": edge["loop"]})
+    return stats["deg"], stats["has"], None
+
+
+def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = True, fill_value: float = 1.0,
+             backend: str = "auto", remat: Any = "auto", layout=None) -> Normalized:
+    r"""PyG's ``gcn_norm``: coefficients :math:`\hat d_j^{-1/2} e_{ji} \hat d_i^{-1/2}` for propagation.
+
+    Args:
+      graph: the graph (its node features are not read).
+      weight: float ``[E]`` edge weights, or ``None`` for all ones.
+      add_self_loops: *replace* existing self-loops by one loop per node, as PyG's
+        ``add_remaining_self_loops``: an existing loop keeps its weight (the last one when duplicated), a node
+        without one gets ``fill_value``. Existing loops stay in the edge list with coefficient 0 (shapes are
+        static under ``jit``) and the new loops are appended (`jgnn.layout.append_self_loops` order).
+      layout: a `jgnn.layout.GraphLayout` of the graph propagated on (``self_loops=add_self_loops``).
+
+    :math:`\hat d_i` is the weighted in-degree on that graph; nodes of degree 0 get coefficient 0.
+    Unlike PyG 2.8, ``fill_value`` (2 for ``improved=True``) applies without edge weights too: they are 1.
+    """
+    e = graph_lib.num_edges(graph)
+    if not add_self_loops:
+        edges = None if weight is None else {"w": weight}
+        phi = (lambda src, dst, edge: edge["w"]) if weight is not None else \
+            (lambda src, dst, edge: jnp.ones((), jnp.float32))
+        deg = _utils.aggregate(_utils.degree_probe(graph, edges), phi, backend=backend, remat=remat, layout=layout)
+        if weight is None:
+            return Normalized(graph._replace(edges=None), {"dinv": _inv_sqrt(deg)},
+                              lambda src, dst, edge: src["dinv"] * dst["dinv"])
+        return Normalized(graph._replace(edges=edges), {"dinv": _inv_sqrt(deg)},
+                          lambda src, dst, edge: src["dinv"] * edge["w"] * dst["dinv"])
+    n = graph_lib.num_nodes(graph)
+    loop = _utils.existing_loops(graph)
+    w = jnp.ones((e,), jnp.float32) if weight is None else weight
+    per_edge = {"w": jnp.where(loop, 0.0, w), "loop": loop.astype(w.dtype), "new": jnp.zeros((e,), bool)}
+    per_loop = {"w": jnp.zeros((n,), w.dtype), "loop": jnp.zeros((n,), w.dtype), "new": jnp.ones((n,), bool)}
+    if weight is not None:
+        position = jnp.arange(e, dtype=jnp.float32)  # exact below 2**24 edges
+        per_edge |= {"lw": jnp.where(loop, w, 0.0), "lp": jnp.where(loop, position, -1.0)}
+        per_loop |= {"lw": jnp.zeros((n,), w.dtype), "lp": jnp.full((n,), -1.0, jnp.float32)}
+    sets = _utils.NodeSets(n, n, False)
+    looped = _utils.loop_graph(graph, sets, per_edge, per_loop)
+    deg, has_loop, loop_weight = _loop_stats(looped, weight is not None, backend=backend, remat=remat,
+                                             layout=layout)
+    kept = jnp.ones_like(deg) if loop_weight is None else loop_weight
+    loop_weight = jnp.where(has_loop > 0, kept, fill_value)
+    nodes = {"dinv": _inv_sqrt(deg + loop_weight), "loop_w": loop_weight}
+    looped = looped._replace(edges={"w": looped.edges["w"], "new": looped.edges["new"]})
+    return Normalized(looped, nodes, lambda src, dst, edge: src["dinv"] * dst["dinv"] * jnp.where(
+        edge["new"], dst["loop_w"], edge["w"]))
+
+
+def plain_weights(graph: jraph.GraphsTuple, weight) -> Normalized:
+    """No normalisation: coefficients are the edge weights (or 1)."""
+    if weight is None:
+        return Normalized(graph._replace(edges=None), {}, None)
+    return Normalized(graph._replace(edges={"w": weight}), {}, lambda src, dst, edge: edge["w"])
+
+
 class GCNConv(nn.Module):
     r"""Graph convolution with symmetric normalisation, as PyG's ``GCNConv``.
 
-    .. math::  h_i' = \sum_{j \in \mathcal{N}(i) \cup \{i\}} \frac{1}{\sqrt{\hat d_i \hat d_j}}\, W x_j + b
+    .. math::  h_i' = \sum_{j \in \mathcal{N}(i) \cup \{i\}} \frac{e_{ji}}{\sqrt{\hat d_j \hat d_i}}\, W x_j + b,
+        \qquad \hat d_i = \sum_{j \in \mathcal{N}(i) \cup \{i\}} e_{ji}
 
-    where :math:`\hat d` is the in-degree counted on the graph with self-loops (``D^{-1/2} (A+I) D^{-1/2}``).
-    ``add_self_loops`` appends one ``i -> i`` edge per node; ``normalize=False`` uses the plain sum
-    :math:`\sum_j W x_j`. Nodes of degree 0 get :math:`b`. Degrees are computed by message passing too.
-    Output width: ``features``.
+    Input: ``graph.nodes`` float ``[N, F]`` (or ``{"h": ...}``); optional edge weights :math:`e_{ji}`
+    (PyG's ``edge_weight``) as a 1-D ``graph.edges`` ``[E]`` or ``graph.edges["weight"]``, else 1.
+    Output: ``[N, features]`` in the input's form.
+
+    Options (PyG names): ``add_self_loops`` (default: ``normalize``) *replaces* existing self-loops by one per
+    node (see `gcn_norm`); ``improved`` gives new loops weight 2; ``normalize=False`` propagates
+    :math:`\sum_j e_{ji} W x_j` (PyG then forbids self-loops). A ``layout`` must be built with
+    ``self_loops=add_self_loops``. Nodes of degree 0 get :math:`b`. PyG's ``cached`` is not needed under
+    ``jit``. Parameters: ``kernel`` ``[F, features]`` (PyG ``lin.weight.T``), ``bias``.
     """
 
     features: int
-    add_self_loops: bool = True
+    add_self_loops: bool | None = None
     normalize: bool = True
+    improved: bool = False
     use_bias: bool = True
     kernel_init: nn.initializers.Initializer = nn.initializers.glorot_uniform()
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
-    remat: str = "auto"
+    remat: Any = "auto"
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jraph.GraphsTuple:
-        graph_lib.validate(graph)
-        x = _utils.node_features(graph)
-        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
-        bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32) if self.use_bias else None
-        g = _utils.add_self_loops(graph) if self.add_self_loops else graph
-        if self.add_self_loops:
-            layout = None  # the layout describes the graph without the self-loops
-        nodes = {"h": x}
+        loops = self.normalize if self.add_self_loops is None else self.add_self_loops
+        if loops and not self.normalize:
+            raise ValueError("GCNConv: add_self_loops=True needs normalize=True (as in PyG)")
+        sets, x, _ = _utils.split_nodes(graph, "GCNConv", bipartite_ok=False)
+        layout = _utils.check_layout("GCNConv", layout, self_loops=loops)
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), self.param_dtype)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,), self.param_dtype) if self.use_bias \
+            else None
+        x, kernel, bias = _utils.promote(self.dtype, x, kernel, bias)
+        weight = _utils.edge_weights(graph)
         if self.normalize:
-            deg = _utils.in_degree(g, backend=self.backend, remat=self.remat)
-            nodes["norm"] = jnp.where(deg > 0, jax.lax.rsqrt(jnp.maximum(deg, 1.0)), 0.0)
-        normalize = self.normalize
+            norm = gcn_norm(graph, weight, add_self_loops=loops, fill_value=2.0 if self.improved else 1.0,
+                            backend=self.backend, remat=self.remat, layout=layout)
+        else:
+            norm = plain_weights(graph, weight)
+        coefficient = norm.coefficient
 
         def phi(src, dst, edge):
             message = src["h"] @ kernel
-            if normalize:
-                message = message * (src["norm"] * dst["norm"])
-            return message
+            return message if coefficient is None else message * coefficient(src, dst, edge).astype(message.dtype)
 
         def psi(node, agg):
             return agg if bias is None else agg + bias
 
         layer = message_passing(phi, lambda mb, node: mailbox.sum(mb), psi, backend=self.backend, remat=self.remat)
-        out = layer(g._replace(nodes=nodes, edges=None), layout=layout).nodes
-        return _utils.with_features(graph, out)
+        out = layer(norm.graph._replace(nodes={"h": x, **norm.nodes}), layout=layout).nodes
+        return _utils.output_graph(graph, sets, out)

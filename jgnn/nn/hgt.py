@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import jraph
 
+from jgnn import graph as graph_lib
 from jgnn import mailbox
 from jgnn.message_passing import message_passing
 from jgnn.nn import _utils
 from jgnn.nn.rgcn import typed_inputs
 
 
-def _typed_init(scale_axis_in=-2, scale_axis_out=-1):
-    return nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=scale_axis_in,
-                                            out_axis=scale_axis_out, batch_axis=(0,))
-
-
 class HGTConv(nn.Module):
-    r"""Heterogeneous graph transformer layer (Hu et al., 2020), close to PyG's ``HGTConv``.
+    r"""Heterogeneous graph transformer layer (Hu et al., 2020), as PyG's ``HGTConv``.
 
     For an edge :math:`s \to t` of type :math:`\phi` with node types :math:`\tau(s), \tau(t)`, and heads
     ``h = 1..H`` of width :math:`d = \mathrm{features} / H`:
@@ -38,12 +36,19 @@ class HGTConv(nn.Module):
         h_t' = \sigma(\alpha_{\tau(t)})\, \text{A-Linear}_{\tau(t)}(\mathrm{GELU}(\tilde H_t))
               + (1 - \sigma(\alpha_{\tau(t)}))\, x_t
 
-    The skip term is used when the input width equals ``features`` (otherwise
-    :math:`h_t' = \text{A-Linear}_{\tau(t)}(\mathrm{GELU}(\tilde H_t))`). The relation prior :math:`\mu` is
-    per edge type and head (initialised to 1); :math:`\alpha` per node type (initialised to 1).
+    with the exact (erf) GELU. The skip term is used for node types whose input width equals ``features``
+    (otherwise :math:`h_t' = \text{A-Linear}_{\tau(t)}(\mathrm{GELU}(\tilde H_t))`). The relation prior
+    :math:`\mu` is per edge type and head (initialised to 1); :math:`\alpha` per node type (initialised to 1).
+
     Input: ``graph.nodes = {"h": float [N, F], "type": int32}``, ``graph.edges = {"type": int32}``.
-    Output width: ``features`` (split across ``num_heads`` heads). Nodes without in-edges get
-    ``A-Linear(GELU(0))`` mixed with their skip.
+    ``in_features`` (PyG's per-type ``in_channels`` dict, ``{node type: width}``) gives each node type its own
+    width: the features of a type-``t`` node are the first ``in_features[t]`` columns of ``"h"`` (the rest is
+    ignored). Output width: ``features`` (split across ``num_heads`` heads). Nodes without in-edges get
+    ``A-Linear(GELU(0))`` mixed with their skip (PyG returns only node types that receive edges).
+    Parameters (PyG): ``k_kernel``/``q_kernel``/``v_kernel`` ``[T, F, features]`` and biases (``kqv_lin``
+    split in three; with ``in_features``: ``{k,q,v}_kernel_{t}`` ``[in_features[t], features]``),
+    ``att_relation``/``msg_relation`` ``[E_t, H, d, d]`` (``k_rel``/``v_rel`` weight ``[h * E_t + e]``),
+    ``relation_prior`` (``p_rel``), ``a_kernel``/``a_bias`` (``out_lin``), ``skip``.
     """
 
     features: int
@@ -51,33 +56,51 @@ class HGTConv(nn.Module):
     num_node_types: int
     num_edge_types: int
     attention_dropout: float = 0.0
+    in_features: Mapping[int, int] | None = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
-    remat: str = "auto"
+    remat: Any = "auto"
+
+    def _typed_kernels(self, name: str, f_in: int):
+        """``[T, f_in, features]``: one stacked weight, or per-type ones (``in_features``) padded with zero rows
+        past each type's width, so that a node's extra columns never count."""
+        t, f = self.num_node_types, self.features
+        if self.in_features is None:
+            return self.param(name, _utils.typed_init(), (t, f_in, f), self.param_dtype)
+        glorot = nn.initializers.glorot_uniform()
+        per_type = [self.param(f"{name}_{i}", glorot, (self.in_features[i], f), self.param_dtype) for i in range(t)]
+        return jnp.stack([jnp.pad(w, ((0, f_in - w.shape[0]), (0, 0))) for w in per_type])
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jraph.GraphsTuple:
         x, node_type, edge_type = typed_inputs(graph, "HGTConv", num_node_types=self.num_node_types,
                                                num_edge_types=self.num_edge_types)
+        layout = _utils.check_layout("HGTConv", layout, self_loops=False)
         if self.features % self.num_heads:
             raise ValueError(f"HGTConv: features={self.features} is not divisible by num_heads={self.num_heads}")
         t, f, heads = self.num_node_types, self.features, self.num_heads
-        d = f // heads
-        f_in = x.shape[-1]
+        d, f_in = f // heads, x.shape[-1]
+        widths = [f_in] * t if self.in_features is None else [self.in_features.get(i) for i in range(t)]
+        if None in widths or max(widths) > f_in:
+            raise ValueError(f"HGTConv: in_features must give a width <= {f_in} (the width of \"h\") for each of "
+                             f"the {t} node types, got {dict(self.in_features)}")
         zeros = nn.initializers.zeros
-        wk = self.param("k_kernel", _typed_init(), (t, f_in, f), jnp.float32)
-        wq = self.param("q_kernel", _typed_init(), (t, f_in, f), jnp.float32)
-        wv = self.param("v_kernel", _typed_init(), (t, f_in, f), jnp.float32)
-        bk, bq, bv = (self.param(n, zeros, (t, f), jnp.float32) for n in ("k_bias", "q_bias", "v_bias"))
-        w_att = self.param("att_relation", _typed_init(), (self.num_edge_types, heads, d, d), jnp.float32)
-        w_msg = self.param("msg_relation", _typed_init(), (self.num_edge_types, heads, d, d), jnp.float32)
-        prior = self.param("relation_prior", nn.initializers.ones, (self.num_edge_types, heads), jnp.float32)
-        wa = self.param("a_kernel", _typed_init(), (t, f, f), jnp.float32)
-        ba = self.param("a_bias", zeros, (t, f), jnp.float32)
-        skip = self.param("skip", nn.initializers.ones, (t,), jnp.float32) if f_in == f else None
+        wk, wq, wv = (self._typed_kernels(n, f_in) for n in ("k_kernel", "q_kernel", "v_kernel"))
+        bk, bq, bv = (self.param(n, zeros, (t, f), self.param_dtype) for n in ("k_bias", "q_bias", "v_bias"))
+        w_att = self.param("att_relation", _utils.typed_init(), (self.num_edge_types, heads, d, d), self.param_dtype)
+        w_msg = self.param("msg_relation", _utils.typed_init(), (self.num_edge_types, heads, d, d), self.param_dtype)
+        prior = self.param("relation_prior", nn.initializers.ones, (self.num_edge_types, heads), self.param_dtype)
+        wa = self.param("a_kernel", _utils.typed_init(), (t, f, f), self.param_dtype)
+        ba = self.param("a_bias", zeros, (t, f), self.param_dtype)
+        has_skip = [w == f for w in widths]
+        skip = self.param("skip", nn.initializers.ones, (t,), self.param_dtype) if any(has_skip) else None
+        x, wk, wq, wv, bk, bq, bv, w_att, w_msg, prior, wa, ba, skip = _utils.promote(
+            self.dtype, x, wk, wq, wv, bk, bq, bv, w_att, w_msg, prior, wa, ba, skip)
+        skip_mask = jnp.asarray(has_skip)
         g = graph._replace(nodes={"h": x, "type": node_type}, edges={"type": edge_type})
         drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
-        if drop is not None:
-            g = g._replace(edges={**g.edges, **drop.edge_features(g.senders.shape[0])})
+        g = g._replace(edges=_utils.with_dropout_ids(g.edges, drop, graph_lib.num_edges(g)))
         scale = 1.0 / math.sqrt(d)
 
         def phi(src, dst, edge):
@@ -89,7 +112,7 @@ class HGTConv(nn.Module):
             message = {"logit": jnp.sum(k_rel * q, -1) * prior[rel] * scale,
                        "value": jnp.einsum("hd,hde->he", v, w_msg[rel])}
             if drop is not None:
-                message["mask"] = drop.scale(edge, heads)
+                message["mask"] = drop.scale(edge, heads).astype(k.dtype)
             return message
 
         def rho(mb, node):
@@ -100,10 +123,11 @@ class HGTConv(nn.Module):
 
         def psi(node, agg):
             tt = node["type"]
-            out = jax.nn.gelu(agg) @ wa[tt] + ba[tt]
+            out = jax.nn.gelu(agg, approximate=False) @ wa[tt] + ba[tt]
             if skip is not None:
                 gate = jax.nn.sigmoid(skip[tt])
-                out = gate * out + (1.0 - gate) * node["h"]
+                mixed = gate * out + (1.0 - gate) * node["h"][:f]
+                out = jnp.where(skip_mask[tt], mixed, out)
             return {"h": out}
 
         layer = message_passing(phi, rho, psi, backend=self.backend, remat=self.remat)
