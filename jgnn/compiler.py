@@ -31,7 +31,7 @@ import jraph
 import numpy as np
 
 from jgnn import analysis as analysis_lib
-from jgnn import facts, ir
+from jgnn import bucketing, facts, ir
 from jgnn import layout as layout_lib
 from jgnn import remat as remat_lib
 from jgnn.report import CacheStats, EquationRecord, Report
@@ -171,6 +171,7 @@ class Plan:
     out_tree: Any
     report: Report
     run: Callable
+    out_rows: list  # per output leaf: (residency, graph argument, whether it is an input passed through)
 
 
 class PlanCache:
@@ -180,12 +181,16 @@ class PlanCache:
         self.capacity = capacity
         self._plans: collections.OrderedDict[Any, Plan] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self.hits = self.misses = 0
 
     def get(self, key) -> Plan | None:
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:
                 self._plans.move_to_end(key)
+                self.hits += 1
+            else:
+                self.misses += 1
             return plan
 
     def put(self, key, plan: Plan) -> None:
@@ -238,6 +243,7 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
                         for op in program.ops if id(op) in analysis.movement and op.outputs]
     for f in analysis.fallbacks:
         report.fallback(f.code, f.op.name, **dict(f.params))
+    _nested_kernels(program, report)
     policy = None
     names: dict[int, str] = {}
     if backend != "reference":
@@ -255,7 +261,22 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
         policy = remat_lib.resolve(remat)[1]
         report.remat.append(remat_lib.record(remat, names, report))
     run = jax.jit(functools.partial(_evaluate, program, names, policy))
-    return Plan(program, jax.tree_util.tree_structure(out_shape), report, run)
+    inputs = {v.id for v in traced.program.inputs}
+    out_rows = [(analysis.of(a).residency, analysis.of(a).graph, isinstance(a, ir.Value) and a.id in inputs)
+                for a in traced.program.outputs]
+    return Plan(program, jax.tree_util.tree_structure(out_shape), report, run, out_rows)
+
+
+def _nested_kernels(program: ir.Program, report: Report) -> None:
+    """Fused ops already in the traced program (a compiled layer inside a compiled model) are kernels too."""
+    from jgnn.ops import lowering
+    from jgnn.ops.edge_op import edge_op_p
+
+    for op in program.ops:
+        if op.prim is edge_op_p:
+            spec = op.params["spec"]
+            choice = lowering.decide(spec, [a.aval for a in op.inputs[2:2 + len(spec.groups)]])
+            report.kernel(spec.name, spec.backend, choice.impl, choice.code, nested=True, **dict(choice.params))
 
 
 def _evaluate(program: ir.Program, names: dict, policy, *flat):
@@ -269,12 +290,14 @@ class Compiled:
     ``{graph argument index: layout}``), so fused ops skip sorting the edges inside the program.
     """
 
-    def __init__(self, fn: Callable, *, backend: str = "auto", remat: Any = "auto", cache: PlanCache = PLANS):
+    def __init__(self, fn: Callable, *, backend: str = "auto", remat: Any = "auto", cache: PlanCache = PLANS,
+                 buckets=None):
         self.__wrapped__ = fn
         self.backend = resolve_backend(backend)
         remat_lib.resolve(remat)  # reject a bad option now, not at the first call
         self.remat = remat
         self.cache = cache
+        self.buckets = bucketing.resolve(buckets)
         self.stats = CacheStats(capacity=cache.capacity)
         functools.update_wrapper(self, fn)
 
@@ -305,12 +328,21 @@ class Compiled:
     def __call__(self, *args, layout=None, **kwargs):
         if self.backend == "reference":
             return self.__wrapped__(*args, **kwargs)
+        if self.buckets is not None and layout is None:
+            padded = bucketing.pad_arguments((args, kwargs), self.buckets)
+            if padded is not None:
+                (p_args, p_kwargs), sizes = padded
+                out, plan = self._run(p_args, p_kwargs, None)
+                return bucketing.unpad(out, plan, sizes)
+        return self._run(args, kwargs, layout)[0]
+
+    def _run(self, args, kwargs, layout):
         flat = flatten_arguments((args, kwargs))
         layouts = normalize_layouts(layout, flat)
         plan, consts = self._plan(flat, layouts)
         layout_leaves = _layout_inputs(layouts)[0]
         outs = plan.run(*flat.arrays, *consts, *layout_leaves)
-        return jax.tree_util.tree_unflatten(plan.out_tree, outs)
+        return jax.tree_util.tree_unflatten(plan.out_tree, outs), plan
 
     def explain(self, *args, layout=None, **kwargs) -> Report:
         flat = flatten_arguments((args, kwargs))
@@ -324,7 +356,7 @@ class Compiled:
         return report
 
 
-def compile(fn: Callable, *, backend: str = "auto", remat: Any = "auto") -> Compiled:  # noqa: A001
+def compile(fn: Callable, *, backend: str = "auto", remat: Any = "auto", buckets=None) -> Compiled:  # noqa: A001
     """Compile any function that takes GraphsTuples (and other pytrees); the result keeps its signature.
 
     Args:
@@ -332,11 +364,14 @@ def compile(fn: Callable, *, backend: str = "auto", remat: Any = "auto") -> Comp
       backend: ``"auto"`` (Pallas on a GPU, else XLA), ``"pallas"``, ``"pallas_interpret"`` (the Pallas kernels
         in the interpreter, on CPU), ``"xla"`` or ``"reference"`` (the function itself, uncompiled).
       remat: ``"auto"``, ``"edges"``, ``"none"`` or a ``jax.checkpoint`` policy (see `jgnn.remat`).
+      buckets: ``None``, ``"pow2"`` or a sequence of `jgnn.batching.Bucket`: graphs whose arrays are concrete are
+        padded (``jraph.pad_with_graphs``) to the smallest bucket that holds them and the outputs cut back, so
+        varying batch sizes share a few plans and compilations (see `jgnn.compile_buckets`).
 
     Returns:
       A `Compiled` callable with ``fn``'s signature, plus a ``layout=`` keyword.
     """
-    return Compiled(fn, backend=backend, remat=remat)
+    return Compiled(fn, backend=backend, remat=remat, buckets=buckets)
 
 
 def explain(fn: Callable, *args, **kwargs) -> Report:

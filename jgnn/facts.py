@@ -553,7 +553,7 @@ MEMBERSHIP_INDEX = {Index.NODE_GRAPH: Residency.NODE, Index.EDGE_GRAPH: Residenc
 LINEAR = {"add": (0, 1), "sub": (0, 1), "neg": (0,), "convert_element_type": (0,), "copy": (0,), "mul": (0, 1),
           "reduce_sum": (0,), "cumsum": (0,)}
 
-register(ELEMENTWISE, Facts(row_axis=_elementwise))
+register(ELEMENTWISE + [compat.CHECKPOINT_NAME], Facts(row_axis=_elementwise))
 register(list(_REDUCTIONS), Facts(row_axis=_reduction))
 register(_CUMULATIVE, Facts(row_axis=_cumulative))
 register(lax.cumsum_p, Facts(row_axis=_cumulative, residency=_cumsum_rule))

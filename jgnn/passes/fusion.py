@@ -43,6 +43,7 @@ _DIAGONAL = frozenset(compat.primitives("broadcast_in_dim reshape squeeze expand
 class Region:
     ops: list[ir.Op]  # in program order
     leaves: list[ir.Value]  # values read from outside, in first-read order
+    copies: set[int] = dataclasses.field(default_factory=set)  # id(op) of free ops other readers also need
 
 
 def _edge_rowwise(op: ir.Op, ctx: Context, e: int) -> bool:
@@ -53,20 +54,27 @@ def _edge_rowwise(op: ir.Op, ctx: Context, e: int) -> bool:
                                                                                          compat.CUSTOM_VJP)):
         return False
     out = ctx.info(op.outputs[0])
-    if out.residency != Residency.EDGE or out.axis != 0 or op.outputs[0].shape[:1] != (e,):
+    if op.outputs[0].shape[:1] != (e,):
         return False
     infos = [ctx.info(a) for a in op.inputs]
-    if all(i.residency == Residency.SHARED for i in infos):  # a shared value broadcast along the edges
-        return op.prim is lax.broadcast_in_dim_p
+    if all(i.residency == Residency.SHARED for i in infos):  # shared values broadcast along the edges
+        return out.expanded and (op.prim is lax.broadcast_in_dim_p or facts.is_elementwise(op.prim))
+    if out.residency != Residency.EDGE or out.axis != 0:
+        return False
     axes = [0 if i.residency == Residency.EDGE and not i.expanded and i.axis == 0 else None for i in infos]
     return any(a is not None for a in axes) and facts.row_axis(op, axes) == 0
 
 
-def grow(root: ir.Value, made_by, users, admit, order, *, readers_allowed=frozenset()) -> Region:
-    """The ops computing ``root`` that ``admit`` accepts and whose results only the region reads."""
+def grow(root: ir.Value, made_by, users, admit, order, *, readers_allowed=frozenset(),
+         ctx_shared=lambda a: False) -> Region:
+    """The ops computing ``root`` that ``admit`` accepts and whose results only the region reads.
+
+    An admitted op on shared values only (a constant broadcast along the edges) joins the region even when
+    others read it too: it is free to remake, and stays in the program for them (`Region.copies`)."""
     member: dict[int, ir.Op] = {}
     inside = set(readers_allowed)
     leaves: dict[int, ir.Value] = {}
+    copies: set[int] = set()
     position = lambda v: order.get(id(made_by.get(v.id)), -1)
     heap = [(-position(root), root.id, root)]
     queued = {root.id}
@@ -74,9 +82,12 @@ def grow(root: ir.Value, made_by, users, admit, order, *, readers_allowed=frozen
         _, _, v = heapq.heappop(heap)
         op = made_by.get(v.id)
         read_inside = v.id == root.id or all(u is not ir.OUTPUT and id(u) in inside for u in users.get(v.id, []))
-        if not (read_inside and op is not None and admit(op)):
+        free = op is not None and all(ctx_shared(a) for a in op.inputs)
+        if not ((read_inside or free) and op is not None and admit(op)):
             leaves[v.id] = v
             continue
+        if not read_inside:  # a broadcast of a shared value: remade inside, kept for its other readers
+            copies.add(id(op))
         member[id(op)] = op
         inside.add(id(op))
         for a in op.inputs:
@@ -84,7 +95,7 @@ def grow(root: ir.Value, made_by, users, admit, order, *, readers_allowed=frozen
                 queued.add(a.id)
                 heapq.heappush(heap, (-position(a), a.id, a))
     ops = sorted(member.values(), key=lambda o: order[id(o)])
-    return Region(ops, list(leaves.values()))
+    return Region(ops, list(leaves.values()), copies)
 
 
 @dataclasses.dataclass
@@ -114,8 +125,8 @@ def classify(region: Region, ctx: Context, made_by, e: int) -> Operands | None:
             rows.append((order[group], leaf, op.inputs[0], group))
         elif info.residency == Residency.EDGE and info.axis == 0 and not info.expanded and leaf.shape[:1] == (e,):
             rows.append((order[Group.EDGE], leaf, leaf, Group.EDGE))
-        elif info.residency == Residency.SHARED and not info.expanded:
-            aligned = leaf.ndim > 0 and leaf.shape[0] == e  # arange(E): a constant with one row per edge
+        elif info.residency == Residency.SHARED and not (info.expanded and leaf.shape[:1] == (e,)):
+            aligned = not info.expanded and leaf.ndim > 0 and leaf.shape[0] == e  # arange(E): one row per edge
             group = Group.EDGE if aligned else Group.SHARED
             rows.append((order[group], leaf, leaf, group))
         else:
@@ -155,13 +166,13 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         if planned is None:
             continue
         plans[id(op)] = planned
-        fused_away.update(id(o) for o in planned[1])
+        fused_away.update(id(o) for o in planned[1] if id(o) not in planned[4])
     b = Builder(program, ctx)
     for op in program.ops:
         if id(op) in fused_away:
             continue
         if id(op) in plans:
-            spec, _, operands, extra_outputs = plans[id(op)]
+            spec, _, operands, extra_outputs, _ = plans[id(op)]
             b.bind(edge_op_p, operands, dict(spec=spec), outputs=list(op.outputs) + extra_outputs)
             continue
         b.emit(op)
@@ -200,6 +211,7 @@ def _record(ctx: Context, spec: EdgeSpec, operands, layout: bool) -> None:
 
 
 def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
+    shared = lambda a: ctx.info(a).residency == Residency.SHARED
     msg = root.inputs[0]
     e = msg.shape[0]
     kind = root.params["kind"]
@@ -207,7 +219,7 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
     if stored:
         ctx.skipped(Pass.FUSE, Reason.MESSAGES_STORED_ANYWAY, reduce=kind)
         return None
-    region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order)
+    region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order, ctx_shared=shared)
     found = classify(region, ctx, made_by, e)
     if not region.ops and (found is None or found.groups[0] not in (Group.SRC, Group.DST)):
         return None  # a reduction of stored edge rows: nothing to fuse
@@ -223,7 +235,7 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
     _record(ctx, spec, operands, spec.layout > 0)
     ctx.applied(Pass.FUSE, Reason.FUSED_REDUCE, ops=len(region.ops), reduce=kind, edges=e, shape=list(msg.shape),
                 **_group_counts(found))
-    return spec, region.ops, operands, extra
+    return spec, region.ops, operands, extra, region.copies
 
 
 def _group_counts(found: Operands) -> dict:
@@ -255,12 +267,14 @@ def _alpha_path(region: Region, alpha: ir.Value, msg: ir.Value) -> bool:
 
 
 def _plan_attention(root: ir.Op, ctx: Context, made_by, users, order):
+    shared = lambda a: ctx.info(a).residency == Residency.SHARED
     msg, root_ids = root.inputs
     e = msg.shape[0]
     if [u for u in users.get(msg.id, []) if u is not root]:
         return None  # the weighted messages are stored anyway
     admit = lambda o: _edge_rowwise(o, ctx, e)
-    region = grow(msg, made_by, users, lambda o: o.prim is not segment_softmax_p and admit(o), order)
+    region = grow(msg, made_by, users, lambda o: o.prim is not segment_softmax_p and admit(o), order,
+                  ctx_shared=shared)
     softmax = [made_by.get(v.id) for v in region.leaves]
     softmax = [o for o in softmax if o is not None and o.prim is segment_softmax_p]
     if len(softmax) != 1 or not region.ops:
@@ -275,7 +289,7 @@ def _plan_attention(root: ir.Op, ctx: Context, made_by, users, order):
             u for u in users.get(scores.id, []) if u is not sm]:
         ctx.skipped(Pass.FUSE, Reason.SOFTMAX_NOT_FUSED)
         return None
-    score_region = grow(scores, made_by, users, admit, order, readers_allowed={id(sm)})
+    score_region = grow(scores, made_by, users, admit, order, readers_allowed={id(sm)}, ctx_shared=shared)
     values = Region(score_region.ops + region.ops, [])
     seen = set()
     for v in score_region.leaves + [v for v in region.leaves if v.id != alpha.id]:
@@ -299,7 +313,7 @@ def _plan_attention(root: ir.Op, ctx: Context, made_by, users, order):
     _record(ctx, spec, operands, spec.layout > 0)
     ctx.applied(Pass.FUSE, Reason.FUSED_ATTENTION, edges=e, scores=list(scores.shape), **_group_counts(found))
     fused = score_region.ops + [sm] + region.ops
-    return spec, fused, operands, extra
+    return spec, fused, operands, extra, region.copies | score_region.copies
 
 
 def _reading(op: ir.Op, old: ir.Value, new: ir.Value) -> ir.Op:

@@ -1,0 +1,133 @@
+"""Compiled functions under JAX's transformations and as users call them: shard_map, pmap, Flax modules, layouts
+checked against their graphs, plan reuse, shape buckets."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from checks import tree_close
+from graph_cases import random_graph
+from jax.sharding import Mesh, PartitionSpec
+from models import make_gat
+
+import jgnn
+from jgnn import nn as jnn
+from jgnn.ops.edge_op import Reduce, edge_op_p
+
+try:
+    from jax import shard_map
+except ImportError:  # pragma: no cover - JAX before shard_map moved
+    from jax.experimental.shard_map import shard_map
+
+
+def _edge_ops(jaxpr) -> list:
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is edge_op_p:
+            found.append(eqn.params["spec"])
+        for p in eqn.params.values():
+            sub = getattr(p, "jaxpr", p)
+            if hasattr(sub, "eqns"):
+                found += _edge_ops(sub)
+    return found
+
+
+def test_shard_map_needs_no_check_vma_workaround():
+    """(k) a compiled layer inside shard_map, with the default vma checks, forward and grad."""
+    rng = np.random.default_rng(0)
+    g = random_graph(rng, 16, 60, 7)
+    parts = make_gat(rng, 7)
+    layer = jgnn.message_passing(*parts[:3], backend="xla")
+    reference = jgnn.message_passing(*parts[:3], backend="reference")
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    sharded = shard_map(lambda h: layer(g._replace(nodes={"h": h})).nodes["h"], mesh=mesh,
+                        in_specs=PartitionSpec("d"), out_specs=PartitionSpec("d"))
+    tree_close(jax.jit(sharded)(g.nodes["h"]), reference(g).nodes["h"])
+    grad = jax.jit(jax.grad(lambda h: jnp.sum(sharded(h))))(g.nodes["h"])
+    want = jax.grad(lambda h: jnp.sum(reference(g._replace(nodes={"h": h})).nodes["h"]))(g.nodes["h"])
+    tree_close(grad, want)
+
+
+def test_pmap_of_grad_then_jit_at_the_same_shape():
+    """(k) a plan built under pmap does not leak into a later jit of the same layer."""
+    rng = np.random.default_rng(1)
+    g = random_graph(rng, 12, 40, 5)
+    parts = make_gat(rng, 5)
+    layer = jgnn.message_passing(*parts[:3], backend="xla")
+    reference = jgnn.message_passing(*parts[:3], backend="reference")
+    loss = lambda h, lay: jnp.sum(lay(g._replace(nodes={"h": h})).nodes["h"] ** 2)
+    tree_close(jax.pmap(jax.grad(lambda h: loss(h, layer)))(g.nodes["h"][None])[0],
+               jax.grad(lambda h: loss(h, reference))(g.nodes["h"]))
+    tree_close(jax.jit(lambda h: layer(g._replace(nodes={"h": h})).nodes["h"])(g.nodes["h"]),
+               reference(g).nodes["h"])
+
+
+def test_explain_takes_a_flax_module_and_its_dropout_rng():
+    """(o) explain on a Flax module, called with a dropout rng; the attention stays fused with dropout."""
+    rng = np.random.default_rng(2)
+    g = random_graph(rng, 20, 80, 6)
+    g = g._replace(nodes=g.nodes["h"])
+    module = jnn.GATConv(4, num_heads=2, attention_dropout=0.3, backend="xla")
+    params = module.init(jax.random.key(0), g)
+    report = jgnn.explain(module, params, g, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    assert not report.fallbacks
+    assert [k.op for k in report.kernels] == ["attention"]  # (l) attention dropout keeps the fused attention
+
+
+def test_mean_is_one_edge_walk():
+    """(l) jgnn.mean reduces sum and count in one edge op."""
+    rng = np.random.default_rng(3)
+    g = random_graph(rng, 10, 30, 4)
+    layer = jgnn.message_passing(lambda s, d, e: jnp.tanh(s["h"] * d["h"]), lambda mb, n: jgnn.mean(mb),
+                                 backend="xla")
+    specs = _edge_ops(jax.make_jaxpr(lambda g: layer(g).nodes)(g).jaxpr)
+    assert [s.reduce for s in specs] == [Reduce.MEAN]
+
+
+def test_a_layout_belongs_to_its_graph():
+    """(m) a layout is used only for the graph it describes; given for another graph it raises."""
+    rng = np.random.default_rng(4)
+    g1, g2 = random_graph(rng, 12, 40, 3), random_graph(rng, 12, 40, 3)  # same sizes, other edges
+    layer = jgnn.message_passing(lambda s, d, e: s["h"] * 2.0, backend="xla")
+    with pytest.raises(jgnn.LayoutMismatchError):
+        layer(g2, layout=jgnn.GraphLayout.from_graph(g1))
+
+    def two(a, b):
+        return layer(a).nodes, layer(b).nodes
+
+    compiled = jgnn.compile(two, backend="xla")
+    got = compiled(g1, g2, layout=jgnn.GraphLayout.from_graph(g1))
+    tree_close(got, (layer(g1).nodes, layer(g2).nodes))
+
+
+def test_new_layers_with_new_parameters_reuse_the_plan():
+    """A Flax module makes a new layer per apply; new parameters, same structure: one plan."""
+    rng = np.random.default_rng(5)
+    g = random_graph(rng, 15, 50, 6)
+    g = g._replace(nodes=g.nodes["h"])
+    module = jnn.GATConv(4, num_heads=2, backend="xla")
+    params = [module.init(jax.random.key(seed), g) for seed in range(3)]
+    module.apply(params[0], g)
+    misses, hits = jgnn.compiler.PLANS.misses, jgnn.compiler.PLANS.hits
+    for p in params[1:]:
+        module.apply(p, g)
+    assert (jgnn.compiler.PLANS.misses, jgnn.compiler.PLANS.hits) == (misses, hits + 2)
+
+
+def test_buckets_pad_and_cut_back():
+    rng = np.random.default_rng(6)
+    parts = make_gat(rng, 5)
+    reference = jgnn.message_passing(*parts[:3], backend="reference")
+    compiled = jgnn.compile(reference.reference, backend="xla", buckets="pow2", )
+    for n, e in ((10, 30), (12, 33), (13, 40)):
+        g = random_graph(rng, n, e, 5)
+        tree_close(compiled(g).nodes, reference(g).nodes)
+    assert (compiled.stats.misses, compiled.stats.hits) == (2, 1)  # (16, 32) then (16, 64) twice
+
+    def total(graph):  # a sum over every node would count the padding
+        return jnp.sum(reference.reference(graph).nodes["h"])
+
+    with pytest.raises(ValueError, match="buckets"):
+        jgnn.compile(total, backend="xla", buckets="pow2")(random_graph(rng, 10, 30, 5))
