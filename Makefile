@@ -29,8 +29,9 @@ bench-quick: $(STAMP)
 
 # Deviceless H100/H200 compile check (benchmarks/README.md, "gpu-check"). For each JAX in GPU_JAX, a Python 3.12
 # virtualenv with the CUDA 13 plugin (benchmarks/gpu/venv.py; cached with its wheels in ~/.cache/jgnn/gpu-check)
-# runs the CUDA lowering tests; benchmarks.gpu_check then compiles the quick tier on the newest JAX (the last of
-# GPU_JAX), or with FULL=1 the whole matrix on every JAX. Reports: $(GPU_CHECK_OUT)/jax-VERSION.{json,md}.
+# runs the CUDA lowering tests; benchmarks.gpu_check then compiles every kernel configuration for the H100 and
+# every layer for the H100 and H200 on the newest JAX (the last of GPU_JAX), or with FULL=1 everything for both
+# GPUs on every JAX. Reports: $(GPU_CHECK_OUT)/jax-VERSION.{json,md}.
 GPU_JAX ?= 0.11.2 0.12.0.1
 GPU_CHECK_OUT ?= build/gpu-check
 GPU_CHECK_JOBS ?= 2

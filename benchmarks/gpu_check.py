@@ -8,8 +8,8 @@ toolchain's ``ptxas``; no GPU. Compiles through XLA's own deviceless path (compi
 each layer calls the Triton kernels it should. Writes ``PREFIX.json`` (meta, summary, failures with codes,
 one record per case and target) and ``PREFIX.md`` (the same as tables). Exit status 1 on any failure:
 a lowering, compile or ptxas error, a register spill, or a layer missing a kernel (`benchmarks.gpu.verdict`).
-The default tier is the quick one: `benchmarks.gpu.cases`'s quick widths and heads, kernels on the first
-target and layers on all; ``--full`` compiles the whole matrix on every target.
+Both tiers compile every configuration; the default, quick, tier compiles kernel configurations for the
+first target only (layers for all), ``--full`` compiles everything for every target.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--full", action="store_true", help="every width, dtype and head count (default: quick tier)")
+    p.add_argument("--full", action="store_true", help="kernel configurations on every target, not the first only")
     p.add_argument("--targets", default="h100,h200", help="comma-separated, from benchmarks.gpu.targets.TARGETS")
     p.add_argument("--only", default=None, help="regular expression: compile only the cases whose name matches")
     p.add_argument("--out", default="build/gpu-check/report", help="output prefix: PREFIX.json and PREFIX.md")
@@ -54,16 +54,16 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _select(full: bool, only: str | None) -> list:
+def _select(only: str | None) -> list:
     from benchmarks.gpu import cases, layers
 
-    selected = cases.kernel_cases(full) + layers.layer_cases()
+    selected = cases.kernel_cases() + layers.layer_cases()
     return [c for c in selected if not only or re.search(only, c.name)]
 
 
 def _targets_for(case, names: list[str], full: bool) -> list[str]:
-    """Layers on every target; in the quick tier, kernel configurations on the first only (Hopper parts share
-    sm_90a, and the full tier's records show whether their PTX ever differs)."""
+    """Layers on every target; in the quick tier, kernel configurations on the first only: both Hopper parts
+    compile to the same sm_90a PTX (the full tier's ``ptx_across_targets`` checks that it stays so)."""
     return names if full or case.kind == "layer" else names[:1]
 
 
@@ -83,7 +83,7 @@ class _Worker:
     def __init__(self, names: list[str], full: bool, only: str | None):
         from benchmarks.gpu import toolchain
 
-        self.names, self.full, self.cases = names, full, _select(full, only)
+        self.names, self.full, self.cases = names, full, _select(only)
         self.toolchain = toolchain.find_toolchain()
         self.tmp = tempfile.TemporaryDirectory(prefix="jgnn-cuda-")
         self.cuda_dir = toolchain.install_wrapper(self.toolchain, pathlib.Path(self.tmp.name))
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"gpu_check: --jobs must be at least 1, got {args.jobs}")
     tc = toolchain.find_toolchain()
     _devices(names)  # fail here, with the reason, rather than in every worker
-    selected = _select(args.full, args.only)
+    selected = _select(args.only)
     meta = {"jax": jax.__version__, **{p: _version(p) for p in ("jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt")},
             "python": platform.python_version(), "ptxas": tc.version,
             "targets": {t: targets.TARGETS[t].device_kind for t in names},
@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "cpus": os.cpu_count(), "jobs": args.jobs}
     print(f"gpu_check: JAX {meta['jax']}, {tc.version}, {meta['tier']} tier: {len(selected)} cases "
-          f"({'all on' if args.full else 'layers on'} {', '.join(names)}), {args.jobs} job(s)", flush=True)
+          f"(kernels on {', '.join(names if args.full else names[:1])}, layers on {', '.join(names)}), "
+          f"{args.jobs} job(s)", flush=True)
     start = time.perf_counter()
     records = _compile_all(names, args, len(selected))
     meta["seconds"] = round(time.perf_counter() - start, 1)

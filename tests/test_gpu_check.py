@@ -98,11 +98,14 @@ def test_report_summary_counts_spills_and_layers_missing_kernels():
     assert "| spill | c | h100 | k |" in verdict.markdown(rep)
 
 
-def test_quick_tier_is_a_subset_of_the_full_tier_and_names_are_unique():
-    quick, full = cases.kernel_cases(False), cases.kernel_cases(True)
-    assert len({c.name for c in full}) == len(full)
-    assert {c.name for c in quick} < {c.name for c in full}
-    assert {c.family for c in quick} == {c.family for c in full}
+def test_kernel_cases_cover_the_matrix_once_each():
+    all_cases = cases.kernel_cases()
+    assert len({c.name for c in all_cases}) == len(all_cases)
+    per_family = {f: sum(c.family == f for c in all_cases) for f in ("gather_reduce", "gather_compute", "attention",
+                                                                      "typed_matmul")}
+    w, d, h = len(cases.WIDTHS), len(cases.DTYPES), len(cases.HEADS)
+    assert per_family == {"gather_reduce": len(cases.REDUCTIONS) * w * d, "gather_compute": w * d,
+                          "attention": h * w * d * len(cases.DROPOUT), "typed_matmul": w * d * 2}
 
 
 def test_venv_requirements_pin_jax_and_add_the_cuda13_plugin():

@@ -26,11 +26,6 @@ REDUCTIONS = ("sum", "mean", "max", "min")
 DROPOUT = (0.0, 0.2)
 TYPES = 3  # typed matmul: relation count, one of them empty
 
-# The quick tier (CI): every kernel and reduction in every dtype, at the widths that spilled or sit at a
-# power-of-two edge (41: padded lanes; 602: the widest), heads 1 and 8; the full tier adds the rest.
-QUICK_WIDTHS = (41, 602)
-QUICK_HEADS = (1, 8)
-
 N, E, PADDING = 64, 256, 8  # nodes, edges, trailing invalid (padding) edges
 
 
@@ -112,9 +107,9 @@ def _short(dtype: str) -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[dtype]
 
 
-def kernel_cases(full: bool) -> list[Case]:
-    """The kernel configurations of a tier, in a stable order."""
-    widths, heads = (WIDTHS, HEADS) if full else (QUICK_WIDTHS, QUICK_HEADS)
+def kernel_cases() -> list[Case]:
+    """Every kernel configuration, in a stable order."""
+    widths, heads = WIDTHS, HEADS
     cases = []
     for reduce, w, dt in itertools.product(REDUCTIONS, widths, DTYPES):
         cases.append(Case(f"gather_reduce/{reduce}/w{w}/{_short(dt)}", "gather_reduce",
