@@ -110,7 +110,7 @@ def _kernels(ptx_dir: pathlib.Path, names: set[str], dump: pathlib.Path) -> list
         if not any(_belongs(e, names) for e in toolchain.ptx_entries(ptx)):
             continue  # XLA's own fusions
         sha = hashlib.sha256(ptx.read_bytes()).hexdigest()[:12]
-        for r in toolchain.report(ptx):
+        for r in (r for r in toolchain.report(ptx) if _belongs(r.name, names)):
             grid, threads, dynamic = launches.get(r.name, (None, None, None))
             kernels[r.name] = Kernel(r.name, r.registers, r.spill_stores, r.spill_loads, r.stack_frame,
                                      r.static_shared, r.barriers, dynamic, threads, grid, sha)
