@@ -102,7 +102,7 @@ class _Worker:
         records = []
         for t in _targets_for(case, self.names, self.full):
             if step is None:
-                compiled = {"triton_calls": [], "kernels": [], "seconds": 0.0,
+                compiled = {"lowered_triton_calls": [], "triton_calls": [], "kernels": [], "seconds": 0.0,
                             "error_code": "lowering_error", "error": build_error}
             else:
                 compiled = compile_step(step, targets.TARGETS[t], self.devices[t], self.cuda_dir).to_json()

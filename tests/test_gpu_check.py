@@ -52,6 +52,15 @@ def test_triton_call_names_lists_every_kernel_of_a_lowered_step():
     assert any(n.startswith("gnn_edge_fn_bwd") for n in names)
 
 
+def test_triton_call_names_reads_optimized_hlo_lines():
+    # the shape of an XLA optimized-HLO Triton call: metadata names (no spaces) before the backend config's name
+    hlo = ('%pallas_call.2 = f32[64,64]{1,0} custom-call(%a, %b), custom_call_target="__gpu$xla.gpu.triton", '
+           'metadata={op_name="jit(loss)/gnn_gather_reduce_sum/pallas_call" scheduling_name="pallas_call.2"}, '
+           'backend_config={debug = false, grid_x = 64 : i32, ir = "ML\\EFR", name = "gnn_gather_reduce_sum", '
+           'num_stages = 2 : i32}\n%add = f32[64,64]{1,0} add(%pallas_call.2, %b), metadata={op_name="x"}\n')
+    assert triton_call_names(hlo) == ["gnn_gather_reduce_sum"]
+
+
 def test_missing_kernels_counts_calls_by_prefix():
     calls = ["gnn_gather_reduce_sum", "gnn_gather_reduce_sum", "gnn_edge_fn_bwd_src"]
     assert layers.missing_kernels({"gnn_gather_reduce_sum": 2, "gnn_edge_fn_bwd": 1}, calls) == {}
@@ -72,7 +81,8 @@ def _kernel(name, stores=0, loads=0):
 
 def _record(case="c", kind="kernel", kernels=(), calls=("k",), error_code=None, missing=None):
     return {"case": case, "kind": kind, "family": "f", "params": {"expected": {}}, "target": "h100",
-            "triton_calls": list(calls), "kernels": list(kernels), "seconds": 1.0, "error_code": error_code,
+            "lowered_triton_calls": list(calls), "triton_calls": list(calls), "kernels": list(kernels),
+            "seconds": 1.0, "error_code": error_code,
             "error": "boom" if error_code else None, "missing": missing or {}}
 
 

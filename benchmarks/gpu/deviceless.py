@@ -2,7 +2,7 @@
 
 The step is lowered for CUDA under an abstract mesh on the target's device kind (the Pallas Triton lowering
 reads the compute capability from it), compiled by XLA for the compile-only device, and then:
-* its Triton custom calls are read from the lowered StableHLO (their ``name`` attribute);
+* its Triton custom calls are read from the lowered StableHLO and from XLA's optimized HLO (their ``name``);
 * the ptxas wrapper (`toolchain`) keeps each PTX that XLA assembled and ``ptxas -v``'s report on it: registers,
   spills and static shared memory for each entry function named after a Triton call;
 * launch sizes and dynamic shared memory come from XLA's thunk-sequence dump.
@@ -59,8 +59,13 @@ class Kernel:
 
 @dataclass
 class Compiled:
-    """The outcome of one compile: ``error_code`` is None, or the stage that failed."""
+    """The outcome of one compile: ``error_code`` is None, or the stage that failed.
 
+    ``lowered_triton_calls`` are the Triton calls JAX emitted; ``triton_calls`` those left in XLA's optimized
+    module (dead ones removed), i.e. the kernels the step launches. Until the compile succeeds they are equal.
+    """
+
+    lowered_triton_calls: list[str] = field(default_factory=list)
     triton_calls: list[str] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
     seconds: float = 0.0
@@ -75,9 +80,9 @@ _TRITON_NAME = re.compile(re.escape(compat.TRITON_CUSTOM_CALL) + r".*?\bname = \
 _THUNK = re.compile(r"(\w+) grid: \[([\d, ]+)\] threads: \[([\d, ]+)\]\s+shared_memory: (\d+) bytes")
 
 
-def triton_call_names(stablehlo: str) -> list[str]:
-    """The ``name`` of every Triton custom call in lowered StableHLO text, in program order."""
-    return _TRITON_NAME.findall(stablehlo)
+def triton_call_names(module_text: str) -> list[str]:
+    """The ``name`` of every Triton custom call in StableHLO or HLO text, in program order."""
+    return _TRITON_NAME.findall(module_text)
 
 
 def _launches(dump: pathlib.Path) -> dict[str, tuple[list[int], int, int]]:
@@ -126,7 +131,7 @@ def compile_step(step: Step, target: GpuTarget, device, cuda_dir: pathlib.Path) 
     try:
         with jax.sharding.use_abstract_mesh(compat.abstract_gpu_mesh(target.device_kind, target.sm_count)):
             lowered = jitted.trace(*step.args).lower(lowering_platforms=("cuda",))
-        result.triton_calls = triton_call_names(lowered.as_text())
+        result.lowered_triton_calls = result.triton_calls = triton_call_names(lowered.as_text())
     except Exception as exc:  # the step's own fault: recorded, and the check goes on
         result.error_code, result.error = "lowering_error", _short(exc)
         result.seconds = time.perf_counter() - start
@@ -136,7 +141,8 @@ def compile_step(step: Step, target: GpuTarget, device, cuda_dir: pathlib.Path) 
         ptx_dir.mkdir()
         os.environ[toolchain.PTX_LOG_ENV] = str(ptx_dir)
         try:
-            lowered.compile(compiler_options={"xla_dump_to": str(dump), "xla_gpu_cuda_data_dir": str(cuda_dir)})
+            options = {"xla_dump_to": str(dump), "xla_gpu_cuda_data_dir": str(cuda_dir)}
+            result.triton_calls = triton_call_names(lowered.compile(compiler_options=options).as_text())
         except Exception as exc:
             result.error_code, result.error = "compile_error", _short(exc)
         finally:
