@@ -61,12 +61,13 @@ def summary(records: list[dict], fails: list[Failure]) -> dict:
 
 
 def same_ptx(records: list[dict]) -> dict:
-    """How many kernels compiled to the same PTX on every target (matched by case and kernel name)."""
-    by_kernel: dict[tuple[str, str], set[str]] = {}
+    """Of the kernels compiled for more than one target (same case and kernel name), how many got the same PTX."""
+    by_kernel: dict[tuple[str, str], dict[str, str]] = {}
     for r in records:
         for k in r["kernels"]:
-            by_kernel.setdefault((r["case"], k["name"]), set()).add(k["ptx_sha"])
-    return {"kernels": len(by_kernel), "identical": sum(len(s) == 1 for s in by_kernel.values())}
+            by_kernel.setdefault((r["case"], k["name"]), {})[r["target"]] = k["ptx_sha"]
+    shared = [set(v.values()) for v in by_kernel.values() if len(v) > 1]
+    return {"kernels": len(shared), "identical": sum(len(s) == 1 for s in shared)}
 
 
 def report(meta: dict, records: list[dict]) -> dict:
@@ -103,7 +104,8 @@ def markdown(rep: dict) -> str:
                     [[t, v["configurations"], v["compiled"], v["errors"] or 0, v["kernels"], v["spilling_kernels"],
                       v["spill_bytes_max"], ", ".join(v["layers_missing_kernels"]) or "none"] for t, v in s.items()])
     same = rep["ptx_across_targets"]
-    lines += ["", f"Identical PTX on every target: {same['identical']} of {same['kernels']} kernels.", "",
+    lines += ["", f"Same PTX on every target: {same['identical']} of the {same['kernels']} kernels compiled for "
+              "several.", "",
               f"## Failures ({len(rep['failures'])})", ""]
     lines += _table(["code", "case", "target", "kernel", "detail"],
                     [[f["code"], f["case"], f["target"], f["kernel"] or "", _brief(f["detail"])]
