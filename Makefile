@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: venv test demo lint bench-quick
+.PHONY: venv test demo lint bench-quick gpu-check
 venv: $(STAMP)
 
 lint: $(STAMP)
@@ -26,3 +26,26 @@ demo: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.run --suite all --quick --device cpu --out benchmarks/results/quick-cpu.json
+
+# Deviceless H100/H200 compile check (benchmarks/README.md, "gpu-check"). For each JAX in GPU_JAX, a Python 3.12
+# virtualenv with the CUDA 13 plugin (benchmarks/gpu/venv.py; cached with its wheels in ~/.cache/jgnn/gpu-check)
+# runs the CUDA lowering tests; benchmarks.gpu_check then compiles every kernel configuration for the H100 and
+# every layer for the H100 and H200 on the newest JAX (the last of GPU_JAX), or with FULL=1 everything for both
+# GPUs on every JAX. Reports: $(GPU_CHECK_OUT)/jax-VERSION.{json,md}.
+GPU_JAX ?= 0.11.2 0.12.0.1
+GPU_CHECK_OUT ?= build/gpu-check
+GPU_CHECK_JOBS ?= 2
+gpu-check:
+	@status=0; \
+	for v in $(GPU_JAX); do \
+	  py=$$($(PY) benchmarks/gpu/venv.py $$v) || exit 1; \
+	  echo "== gpu-check: CUDA lowering tests on JAX $$v"; \
+	  JAX_PLATFORMS=cpu $$py -m pytest -q -p no:cacheprovider --timeout 900 \
+	    tests/test_kernels_lowering.py tests/test_fused_layers.py -k "lowers or cuda" || status=1; \
+	  if [ -n "$(FULL)" ] || [ "$$v" = "$(lastword $(GPU_JAX))" ]; then \
+	    echo "== gpu-check: deviceless compile on JAX $$v"; \
+	    JAX_PLATFORMS=cpu $$py -m benchmarks.gpu_check $(if $(FULL),--full) --jobs $(GPU_CHECK_JOBS) \
+	      --out $(GPU_CHECK_OUT)/jax-$$v || status=1; \
+	  fi; \
+	done; \
+	exit $$status

@@ -91,18 +91,37 @@ def ragged_dot(x: jax.Array, w: jax.Array, group_sizes: jax.Array,
     return jax.lax.ragged_dot(x, w, group_sizes, preferred_element_type=preferred_element_type)
 
 
+#: The GPU that CUDA lowering targets when none is attached: the kind a Hopper H100 reports, and its SM count.
+CUDA_TARGET_KIND = "NVIDIA H100 80GB HBM3"
+CUDA_TARGET_CORES = 132
+
+
+def abstract_gpu_mesh(device_kind: str = CUDA_TARGET_KIND, num_cores: int = CUDA_TARGET_CORES) -> Any:
+    """A zero-axis abstract mesh on one abstract ``device_kind`` GPU, to lower for CUDA with no GPU attached.
+
+    From JAX 0.11 the Pallas Triton lowering reads the target's compute capability from the context's abstract
+    device (it raises "No supported GPU devices found" without one); 0.10.x assumes sm_90 and ignores it. The
+    API exists in both. No axes, so nothing in the traced program gets a sharding from it. Inside
+    ``jax.sharding.use_abstract_mesh`` nothing may run eagerly: build concrete inputs before entering it.
+    """
+    device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=num_cores, platform="cuda")
+    return jax.sharding.AbstractMesh((), (), abstract_device=device)
+
+
 def export_cuda_mlir(fn: Callable[..., Any], *args: Any) -> str:
-    """Lower ``jax.jit(fn)(*args)`` for CUDA without a GPU and return the StableHLO text.
+    """Lower ``jax.jit(fn)(*args)`` for CUDA (an H100) without a GPU and return the StableHLO text.
 
     The Triton custom call is allowed explicitly; PTX compilation is *not* run, so this checks the
-    Pallas -> Triton IR lowering only.
+    Pallas -> Triton IR lowering only. Concrete ``args`` are fine: only their shapes and dtypes are read.
     """
-    exported = jax.export.export(
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), args)
+    export = jax.export.export(
         jax.jit(fn),
         platforms=["cuda"],
         disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_CUSTOM_CALL)],
-    )(*args)
-    return exported.mlir_module()
+    )
+    with jax.sharding.use_abstract_mesh(abstract_gpu_mesh()):
+        return export(*specs).mlir_module()
 
 
 def has_gpu() -> bool:
@@ -118,7 +137,8 @@ def fori_loop(lower: Any, upper: Any, body: Callable[[Any, Any], Any], init: Any
 
 
 __all__: Sequence[str] = (
-    "JAX_VERSION", "TRITON_CUSTOM_CALL", "export_cuda_mlir", "fori_loop", "has_gpu", "pallas_call", "pl",
+    "CUDA_TARGET_CORES", "CUDA_TARGET_KIND", "JAX_VERSION", "TRITON_CUSTOM_CALL", "abstract_gpu_mesh",
+    "export_cuda_mlir", "fori_loop", "has_gpu", "pallas_call", "pl",
     "plgpu", "program_id", "ragged_dot", "triton_compiler_params", "triton_load", "triton_store",
 )
 

@@ -12,6 +12,7 @@ from models import make_gcn
 
 import jgnn
 from jgnn.layout import GraphLayout
+from pallas_kernels import compat
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -64,9 +65,7 @@ def test_attention_and_typed_layers_lower_for_cuda(model):
     def step(h):
         return jax.value_and_grad(lambda x: jnp.sum(layer(graph._replace(nodes={**graph.nodes, "h": x})).nodes["h"]))(h)
 
-    checks = [jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
-    exported = jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=checks)(graph.nodes["h"])
-    assert "__gpu$xla.gpu.triton" in exported.mlir_module()
+    assert compat.TRITON_CUSTOM_CALL in compat.export_cuda_mlir(step, graph.nodes["h"])
 
 
 def test_pallas_backend_lowers_for_cuda_without_a_gpu():
@@ -78,10 +77,8 @@ def test_pallas_backend_lowers_for_cuda_without_a_gpu():
     def step(h):
         return jax.value_and_grad(lambda x: jnp.sum(layer(graph._replace(nodes={**graph.nodes, "h": x})).nodes["h"]))(h)
 
-    checks = [jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")]
-    exported = jax.export.export(jax.jit(step), platforms=["cuda"], disabled_checks=checks)(graph.nodes["h"])
     # the forward walk plus at least the reverse-CSR walk for the source gradient
-    assert exported.mlir_module().count("__gpu$xla.gpu.triton") >= 2
+    assert compat.export_cuda_mlir(step, graph.nodes["h"]).count(compat.TRITON_CUSTOM_CALL) >= 2
 
 
 def _attention_cases(rng, d=7):

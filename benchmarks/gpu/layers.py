@@ -1,0 +1,112 @@
+"""Every `jgnn.nn` layer's training step on ``backend="pallas"``, and the kernels each one should reach.
+
+A step is ``value_and_grad`` of a loss in the parameters and the input features (as in a layer deep in a
+model), so the backward walks over the graph are in it. Layers are driven through the public `jgnn.nn` API;
+parameters come from ``jax.eval_shape`` of ``init`` (nothing runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import jraph
+import numpy as np
+
+import jgnn.nn as gnn
+from benchmarks.gpu.cases import Case
+from benchmarks.gpu.deviceless import Step
+from jgnn.layout import GraphLayout
+
+# layer case -> {Triton kernel name prefix: the fewest calls of it the training step must make}.
+# This is what "every layer reaches its kernels on GPU" means (issue 14); update it as kernels are renamed,
+# split or merged. A prefix counts every kernel whose name starts with it.
+EXPECTED_KERNELS: dict[str, dict[str, int]] = {
+    "gcn": {"gnn_gather_reduce_sum": 1, "gnn_edge_fn_bwd": 1},
+    "gat": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
+    "gat_attention_dropout": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
+    "gatv2": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
+    "sage_mean": {"gnn_gather_reduce": 1, "gnn_edge_fn_bwd": 1},
+    "sage_max": {"gnn_gather_reduce_max": 1, "gnn_edge_fn_bwd": 1},
+    "sage_min": {"gnn_gather_reduce_min": 1, "gnn_edge_fn_bwd": 1},
+    "gin": {"gnn_gather_reduce_sum": 1, "gnn_edge_fn_bwd": 1},
+    "edgeconv": {"gnn_gather_reduce_max": 1, "gnn_edge_fn_bwd": 1},
+    "rgcn": {"gnn_gather_reduce": 1, "gnn_edge_fn_bwd": 1},
+    "rgat": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
+    "hgt": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
+}
+
+N, E, F = 64, 256, 64  # nodes, edges, feature width in and out (attention: 8 heads x 8)
+NODE_TYPES, EDGE_TYPES = 2, 3
+
+
+class _MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(F)(nn.relu(nn.Dense(F)(x)))
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    make: Callable[[str], nn.Module]  # backend -> module
+    typed: bool = False
+    train: bool = False  # deterministic=False: dropout on (needs the "dropout" rng)
+
+
+LAYERS: dict[str, LayerSpec] = {
+    "gcn": LayerSpec(lambda b: gnn.GCNConv(F, backend=b)),
+    "gat": LayerSpec(lambda b: gnn.GATConv(8, num_heads=8, backend=b)),
+    "gat_attention_dropout": LayerSpec(lambda b: gnn.GATConv(8, num_heads=8, attention_dropout=0.2, backend=b),
+                                       train=True),
+    "gatv2": LayerSpec(lambda b: gnn.GATv2Conv(8, num_heads=8, backend=b)),
+    "sage_mean": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="mean", backend=b)),
+    "sage_max": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="max", backend=b)),
+    "sage_min": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="min", backend=b)),
+    "gin": LayerSpec(lambda b: gnn.GINConv(_MLP(), backend=b)),
+    "edgeconv": LayerSpec(lambda b: gnn.EdgeConv(_MLP(), aggr="max", backend=b)),
+    "rgcn": LayerSpec(lambda b: gnn.RGCNConv(F, EDGE_TYPES, backend=b), typed=True),
+    "rgat": LayerSpec(lambda b: gnn.RGATConv(8, EDGE_TYPES, num_heads=8, backend=b), typed=True),
+    "hgt": LayerSpec(lambda b: gnn.HGTConv(F, 8, NODE_TYPES, EDGE_TYPES, backend=b), typed=True),
+}
+
+
+def _graph(typed: bool) -> jraph.GraphsTuple:
+    rng = np.random.default_rng(1)
+    nodes = {"h": jnp.asarray(rng.normal(size=(N, F)), jnp.float32)}
+    edges = None
+    if typed:
+        nodes["type"] = jnp.asarray(rng.integers(0, NODE_TYPES, N), jnp.int32)
+        edges = {"type": jnp.asarray(rng.integers(0, EDGE_TYPES, E), jnp.int32)}
+    return jraph.GraphsTuple(nodes=nodes, edges=edges, senders=jnp.asarray(rng.integers(0, N, E), jnp.int32),
+                             receivers=jnp.asarray(rng.integers(0, N, E), jnp.int32), n_node=jnp.array([N]),
+                             n_edge=jnp.array([E]), globals=None)
+
+
+def _train_step(spec: LayerSpec) -> Step:
+    module, graph = spec.make("pallas"), _graph(spec.typed)
+    layout = GraphLayout.from_graph(graph)  # built once on the host, as a training loop would
+    rngs = lambda seed: {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)}
+    params = jax.eval_shape(lambda: module.init(rngs(0), graph, layout=layout, deterministic=not spec.train))
+
+    def loss(p, x, seed):
+        g = graph._replace(nodes={**graph.nodes, "h": x})
+        out = module.apply(p, g, layout=layout, deterministic=not spec.train, rngs=rngs(seed))
+        return jnp.sum(jnp.square(out.nodes["h"]))
+
+    args = (params, jax.ShapeDtypeStruct((N, F), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32))
+    return Step(jax.value_and_grad(loss, argnums=(0, 1)), args)
+
+
+def layer_cases() -> list[Case]:
+    return [Case(f"layer/{name}", "layer", dict(layer=name, expected=EXPECTED_KERNELS.get(name, {})),
+                 functools.partial(_train_step, spec), kind="layer") for name, spec in LAYERS.items()]
+
+
+def missing_kernels(expected: dict[str, int], triton_calls: list[str]) -> dict[str, dict[str, int]]:
+    """Each expected prefix that the step calls fewer times than required: ``{prefix: {"expected", "found"}}``."""
+    found = {p: sum(name.startswith(p) for name in triton_calls) for p in expected}
+    return {p: {"expected": n, "found": found[p]} for p, n in expected.items() if found[p] < n}
