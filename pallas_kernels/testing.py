@@ -16,7 +16,8 @@ TOL = {jnp.float32: dict(atol=1e-4, rtol=1e-4), jnp.bfloat16: dict(atol=3e-2, rt
 GTOL = {jnp.float32: dict(atol=2e-4, rtol=2e-4), jnp.bfloat16: dict(atol=5e-2, rtol=5e-2)}
 
 
-def make_graph(rng, num_nodes=24, num_edges=60, hub=200, dups=8, pads=10, isolated=4, builder="numpy"):
+def make_graph(rng, num_nodes=24, num_edges=60, hub=200, dups=8, pads=10, isolated=4, builder="numpy",
+               segment_slots=None):
     """(senders, receivers, valid, fwd CSR, rev CSR). Nodes >= num_nodes - isolated get no in-edges."""
     recv_hi = num_nodes - isolated
     s = rng.integers(0, num_nodes, num_edges)
@@ -28,7 +29,7 @@ def make_graph(rng, num_nodes=24, num_edges=60, hub=200, dups=8, pads=10, isolat
     perm = rng.permutation(len(s))
     s, r, valid = s[perm], r[perm], valid[perm]
     build = build_csr_numpy if builder == "numpy" else build_csr_jax
-    fwd, rev = build(s, r, num_nodes, valid)
+    fwd, rev = build(s, r, num_nodes, valid, segment_slots=segment_slots)
     fwd, rev = jax.tree.map(jnp.asarray, fwd), jax.tree.map(jnp.asarray, rev)
     return s, r, valid, fwd, rev
 
