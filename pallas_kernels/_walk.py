@@ -270,7 +270,10 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
         return state, upcoming
 
     init = () if monoid is None else _identity(monoid, values, big)
-    num_chunks = jnp.max((end_k - start_k + lanes - 1) // lanes)
+    # Segments are sorted longest first, so the program's first segment sets its trip count (no reduction).
+    longest = acc.load_scalar(seg_end, i * k, interpret=interpret) - acc.load_scalar(seg_start, i * k,
+                                                                                     interpret=interpret)
+    num_chunks = (longest + lanes - 1) // lanes
     state, _ = compat.fori_loop(0, num_chunks, step, (init, slot_ids(0)))
     if monoid is None:
         return

@@ -49,9 +49,11 @@ def _merge_factors(m1, m2):
 
 
 def _lift(values, valid):
+    """One slot as a state: its own maximum, weight 1 (NaN for +inf: the formula's ``exp(inf - inf)``)."""
     s, v = values
     ok = wk.lanes_like(valid, s)
-    return (jnp.where(ok, s, -jnp.inf).astype(s.dtype), jnp.broadcast_to(ok, s.shape).astype(s.dtype),
+    weight = jnp.where(ok, jnp.where(s == jnp.inf, jnp.nan, 1.0), 0.0).astype(s.dtype)
+    return (jnp.where(ok, s, -jnp.inf).astype(s.dtype), weight,
             jnp.where(wk.lanes_like(valid, v), v, jnp.zeros((), v.dtype)))
 
 

@@ -28,6 +28,7 @@ from pallas_kernels import _lanewise as lw
 from pallas_kernels import _reference as ref
 from pallas_kernels import _walk as wk
 from pallas_kernels.csr import CSR
+from pallas_kernels.gather_compute import gather_compute_forward
 
 EMPTY = ("zero", "identity")
 
@@ -183,20 +184,32 @@ def _unread_by_backward(edge_fn, reduce: str, src, dst, edge) -> tuple:
 
 def _gather_reduce_fwd(edge_fn, reduce, interpret, *primals):
     (src, dst, edge, csr, rev_csr), perturbed = residuals.split_primals(primals)
-    extremum = reduce in ("max", "min")
-    arrays = (*src, *dst, *edge)
-    compute = _dtypes.compute_dtype(arrays, integers=False, what=f"gather_reduce({reduce}) gradient")
-    # max/min keep the unrounded extremum: ties are found in the compute dtype.
-    out = gather_reduce_forward(_four(edge_fn), src, dst, edge, (), csr, reduce=reduce, interpret=interpret,
-                                out_dtype=compute if extremum else None)
-    stat = residuals.name_stats(out)[0] if extremum else None
+    out = gather_reduce_forward(_four(edge_fn), src, dst, edge, (), csr, reduce=reduce, interpret=interpret)
     dropped = _unread_by_backward(residuals.frozen(edge_fn, perturbed[:3]), reduce, src, dst, edge)
-    result = out.astype(jnp.result_type(*(x.dtype for x in arrays)))
-    return result, (src, dst, residuals.keep(edge, dropped), csr, rev_csr, stat, residuals.flags(perturbed[:3]))
+    return out, (src, dst, residuals.keep(edge, dropped), csr, rev_csr, residuals.flags(perturbed[:3]))
+
+
+def _ties(edge_fn, reduce, src, dst, edge, csr, g, compute, interpret):
+    """Node and edge extras of the max/min cotangent: ``g / ties`` and the extremum per row, and the values.
+
+    Which slots tie is decided among numbers of one evaluation: the values are computed once here (an
+    ``[E, F]`` temporary) and the extremum and tie count are taken over those stored numbers. Comparing against
+    the forward's extremum instead would trust two kernels to round ``edge_fn`` identically, which XLA and
+    Triton do not promise (multiply-add contraction, vectorized transcendentals): a 1-ulp difference would
+    drop the gradient.
+    """
+    num_edges = csr.eid.shape[0] if not edge else edge[0].shape[0]
+    values = gather_compute_forward(_four(edge_fn), src, dst, edge, (), csr, num_edges=num_edges,
+                                    interpret=interpret, out_dtype=compute)
+    ext = gather_reduce_forward(lambda c, r, e, s: e[0], (), (), (values,), (), csr, reduce=reduce,
+                                interpret=interpret)
+    count = gather_reduce_forward(lambda c, r, e, s: e[0] == r[0], (), (ext,), (values,), (), csr, reduce="sum",
+                                  interpret=interpret, out_dtype=compute)
+    return (g / jnp.maximum(count, 1), ext), (values,)
 
 
 def _gather_reduce_bwd(edge_fn, reduce, interpret, res, g):
-    src, dst, kept, csr, rev_csr, stat, encoded = res
+    src, dst, kept, csr, rev_csr, encoded = res
     flags = residuals.unflag(encoded, (src, dst, (0,) * len(kept)))
     edge_fn = residuals.frozen(edge_fn, flags)
     edge = residuals.restore(kept)
@@ -204,21 +217,19 @@ def _gather_reduce_bwd(edge_fn, reduce, interpret, res, g):
     width = max(x.shape[1] for x in (*src, *dst, *edge))
     compute = _dtypes.compute_dtype((g,), integers=False, what=f"gather_reduce({reduce}) gradient")
     g = g.astype(compute)
-    deg = (csr.indptr[1:] - csr.indptr[:-1])[:, None]
     if reduce == "mean":
+        deg = (csr.indptr[1:] - csr.indptr[:-1])[:, None]
         g = g / jnp.maximum(deg, 1).astype(compute)
-    extras = (g,)
+    node, edge_x = (g,), ()
     cotangent = lambda y, node, edge_x, ctx: node[0]
-    if stat is not None:
-        ties = gather_reduce_forward(lambda c, r, e, s: edge_fn(c, r[:-1], e) == r[-1], src, (*dst, stat), edge, (),
-                                     csr, reduce="sum", interpret=interpret, out_dtype=compute)
-        extras = (g / jnp.maximum(ties, 1), stat)
-        cotangent = lambda y, node, edge_x, ctx: jnp.where(y == node[1], node[0], 0)
+    if reduce in ("max", "min"):
+        node, edge_x = _ties(edge_fn, reduce, src, dst, edge, csr, g, compute, interpret)
+        cotangent = lambda y, node, edge_x, ctx: jnp.where(edge_x[0] == node[1], node[0], 0)
     need = tuple(any(jax.tree.leaves(f)) for f in flags)
     fn = lambda c, r, e: jnp.broadcast_to(edge_fn(c, r, e), (*c, *r, *e)[0].shape)
     d_src, d_dst, d_edge = _pullback.pullback(fn, src, dst, edge, csr, rev_csr, axis=width, compute=compute,
-                                              cotangent=cotangent, node_extras=extras, need=need,
-                                              interpret=interpret, name=f"gnn_gather_reduce_{reduce}")
+                                              cotangent=cotangent, node_extras=node, edge_extras=edge_x,
+                                              need=need, interpret=interpret, name=f"gnn_gather_reduce_{reduce}")
     return d_src, d_dst, d_edge, None, None
 
 

@@ -24,7 +24,8 @@ import numpy as np
 
 
 class Segments(NamedTuple):
-    """Segments sorted by length, longest first; padding entries have ``row == R`` and no slots."""
+    """Segments sorted by length, longest first (a program's first segment sets its trip count); padding
+    entries have ``row == R`` and no slots."""
 
     row: jax.Array  # int32[S_n]: output row
     start: jax.Array  # int32[S_n]: first CSR slot
