@@ -111,8 +111,8 @@ def _value_dim(edge_fn, groups, heads: int, compute) -> int:
     """``D`` of ``edge_fn``'s values, from one unpadded slot (``edge_fn`` is elementwise over heads)."""
     tiles = tuple(tuple(jax.ShapeDtypeStruct((1, heads) + x.shape[2:], compute) for x in g) for g in groups)
     scores, values = jax.eval_shape(edge_fn, *tiles)
-    if values.ndim != 3 or values.shape[:2] != (1, heads) or jnp.broadcast_shapes(scores.shape, (1, heads)) != (
-            1, heads):
+    fits = len(scores.shape) <= 2 and all(d in (1, t) for d, t in zip(scores.shape[::-1], (heads, 1), strict=False))
+    if values.ndim != 3 or values.shape[:2] != (1, heads) or not fits:
         raise ValueError(f"attention edge_fn must return (scores [B, H], values [B, H, D]) with H={heads}; got "
                          f"{scores.shape} and {values.shape} for one slot")
     return values.shape[2]
