@@ -11,9 +11,14 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-#: Longest serial walk of one segment, in chunks: rows longer than ``MAX_SEGMENT_CHUNKS * lanes`` slots are cut
-#: into pieces that run in different programs and are combined afterwards.
+#: Longest serial walk of one segment, in chunks: rows longer than ``segment_slots`` are cut into pieces that run
+#: in different programs and are combined afterwards. Small graphs get shorter segments (down to
+#: ``MIN_SEGMENT_CHUNKS``, which keeps the partials' traffic near 1/8 of the edges'): their total work spread
+#: over the GPU's resident programs is a few chunks each, so a long segment would be the whole critical path.
 MAX_SEGMENT_CHUNKS = 32
+MIN_SEGMENT_CHUNKS = 8
+#: Programs resident at once on the target GPU (8 four-warp programs on each of an H100's 132 SMs).
+RESIDENT_PROGRAMS = 1056
 #: Programs the main grid should have at least (two per SM of a 132-SM H100): rows are packed several to a
 #: program only as long as this many programs remain.
 MIN_PROGRAMS = 264
@@ -60,9 +65,12 @@ def segment_lanes(num_rows: int) -> int:
     return min(next_pow2(need), REFERENCE_BLOCK)
 
 
-def segment_slots(num_rows: int) -> int:
-    """Most slots of one segment: ``MAX_SEGMENT_CHUNKS`` chunks of ``segment_lanes`` slots."""
-    return MAX_SEGMENT_CHUNKS * segment_lanes(num_rows)
+def segment_slots(num_rows: int, nnz: int) -> int:
+    """Most slots of one segment: enough chunks of ``segment_lanes`` slots that the walk's chunks, spread over
+    ``RESIDENT_PROGRAMS``, fit in one segment, clamped to [``MIN_SEGMENT_CHUNKS``, ``MAX_SEGMENT_CHUNKS``]."""
+    lanes = segment_lanes(num_rows)
+    chunks = next_pow2(math.ceil(nnz / (lanes * RESIDENT_PROGRAMS)))
+    return lanes * min(max(chunks, MIN_SEGMENT_CHUNKS), MAX_SEGMENT_CHUNKS)
 
 
 def split_block(size: int, per_element: int, budget: int = FEATURE_BLOCK) -> int:

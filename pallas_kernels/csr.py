@@ -53,8 +53,8 @@ def _valid_edges(xp, receivers, num_nodes: int, valid):
     return ok if valid is None else ok & xp.asarray(valid).astype(bool)
 
 
-def _slots(num_rows: int, segment_slots: int | None) -> int:
-    slots = _config.segment_slots(num_rows) if segment_slots is None else int(segment_slots)
+def _slots(num_rows: int, nnz: int, segment_slots: int | None) -> int:
+    slots = _config.segment_slots(num_rows, nnz) if segment_slots is None else int(segment_slots)
     if slots < 1:
         raise ValueError(f"segment_slots must be >= 1, got {segment_slots}")
     return slots
@@ -84,7 +84,7 @@ def build_csr_numpy(senders, receivers, num_nodes: int, valid=None, *,
     receivers = np.asarray(receivers).astype(np.int64).reshape(-1)
     keep = _valid_edges(np, receivers, num_nodes, valid)
     clamped = np.clip(senders, 0, max(num_nodes - 1, 0))
-    slots = _slots(num_nodes, segment_slots)
+    slots = _slots(num_nodes, int(keep.sum()), segment_slots)
     return (_build_numpy(receivers, senders, num_nodes, keep, slots),
             _build_numpy(clamped, receivers, num_nodes, keep, slots))
 
@@ -108,7 +108,7 @@ def build_csr_jax(senders, receivers, num_nodes: int, valid=None, *,
     receivers = jnp.asarray(receivers, jnp.int32).reshape(-1)
     keep = _valid_edges(jnp, receivers, num_nodes, valid)
     clamped = jnp.clip(senders, 0, max(num_nodes - 1, 0))
-    slots = _slots(num_nodes, segment_slots)
+    slots = _slots(num_nodes, senders.shape[0], segment_slots)
     return (_build_jax(receivers, senders, num_nodes, keep, slots),
             _build_jax(clamped, receivers, num_nodes, keep, slots))
 
