@@ -73,8 +73,8 @@ def _tile_index(ref_trailing: Sequence[int], tile: Sequence[int], offset, rows: 
     size 1 there (a broadcast operand, read at 0).
     """
     nd = len(tile)
-    index = [rows.reshape((-1,) + (1,) * nd)]
-    mask = row_mask.reshape((-1,) + (1,) * nd)
+    index = [rows.reshape((rows.shape[0],) + (1,) * nd)]  # a no-op for a [B, 1] column and a 2-D tile
+    mask = row_mask.reshape((row_mask.shape[0],) + (1,) * nd)
     for k, (w, p) in enumerate(zip(ref_trailing, tile, strict=True)):
         shape = [1] * (1 + nd)
         shape[k + 1] = p
@@ -90,6 +90,8 @@ def _tile_index(ref_trailing: Sequence[int], tile: Sequence[int], offset, rows: 
 def gather_tile(ref, rows: jax.Array, row_mask: jax.Array, tile: Sequence[int], offset=0, *, interpret: bool,
                 other=0) -> jax.Array:
     """``[n, *tile]``: rows ``ref[rows[b]]`` cut to ``tile`` (padding and masked rows read as ``other``).
+
+    ``rows`` and ``row_mask`` are ``[n]`` or ``[n, 1]``.
 
     ``ref`` is ``[N, w0, w1, ...]``; ``tile[0]`` lanes of axis ``w0`` start at ``offset`` (or ``tile[0] == 1``
     when ``w0 == 1``); the other axes are zero-padded to ``tile[k] >= w_k``.

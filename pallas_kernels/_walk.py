@@ -88,10 +88,11 @@ def make_plan(groups: Sequence[Sequence[jax.Array]], csr: CSR, *, axis: int, ext
 
 
 class Ctx(NamedTuple):
-    """Per-chunk facts a body may use."""
+    """Per-chunk facts a body may use. Per-slot values are ``[B, 1]`` columns: they broadcast against ``[B, w]``
+    tiles without a layout conversion (a ``[B]`` vector would need one through shared memory in Triton)."""
 
-    eid: jax.Array  # int32[B]: edge id of each slot
-    valid: jax.Array  # bool[B]: slot belongs to a segment
+    eid: jax.Array  # int32[B, 1]: edge id of each slot
+    valid: jax.Array  # bool[B, 1]: slot belongs to a segment
     offset: jax.Array  # int32 scalar: first split-axis lane of this program
     seed: jax.Array  # int32 scalar: the call's seed (dropout)
 
@@ -130,13 +131,14 @@ def _struct(shape, dtype):
 def abstract_inputs(plan: Plan):
     tiles = tuple(tuple(_struct((plan.block,) + plan.body_tile(t), plan.compute) for t in g) for g in plan.shapes)
     b = plan.block
-    ctx = Ctx(_struct((b,), jnp.int32), _struct((b,), jnp.bool_), _struct((), jnp.int32), _struct((), jnp.int32))
+    ctx = Ctx(_struct((b, 1), jnp.int32), _struct((b, 1), jnp.bool_), _struct((), jnp.int32),
+              _struct((), jnp.int32))
     return tiles, ctx
 
 
 def _identity(monoid: Monoid, values_struct, n: int):
     zeros = tuple(jnp.zeros((n,) + v.shape[1:], v.dtype) for v in values_struct)
-    return monoid.lift(zeros, jnp.zeros((n,), jnp.bool_))
+    return monoid.lift(zeros, jnp.zeros((n, 1), jnp.bool_))
 
 
 def _check_tiles(what: str, got, want):
@@ -168,7 +170,7 @@ def walk(body: Callable, csr: CSR, groups: Sequence[Sequence[jax.Array]], *, pla
     tiles, ctx = abstract_inputs(plan)
     values, slots = jax.eval_shape(body, *tiles, ctx)
     _check_tiles("slot values", slots, [(plan.block,) + plan.tile(s.shape[1:]) for s in slot_out])
-    state = () if monoid is None else jax.eval_shape(monoid.lift, values, _struct((plan.block,), jnp.bool_))
+    state = () if monoid is None else jax.eval_shape(monoid.lift, values, _struct((plan.block, 1), jnp.bool_))
     if nnz == 0 or num_rows == 0:
         return _without_slots(plan, monoid, values, row_out, slot_out)
     n_parts = csr.combine.part_row.shape[0] if monoid is not None and csr.combine.row.shape[0] else 0
@@ -234,10 +236,10 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
     rows_k = acc.load_vector(seg_row, seg_k, ok_k, num_rows, interpret=interpret)
     start_k = acc.load_vector(seg_start, seg_k, ok_k, 0, interpret=interpret)
     end_k = acc.load_vector(seg_end, seg_k, ok_k, 0, interpret=interpret)
-    lane = jax.lax.broadcasted_iota(jnp.int32, (big,), 0)
+    lane = jax.lax.broadcasted_iota(jnp.int32, (big, 1), 0)  # per-lane values are [B, 1] columns
     if k == 1:
-        start, end = jnp.broadcast_to(start_k, (big,)), jnp.broadcast_to(end_k, (big,))
-        row_ids, row_ok = rows_k, rows_k < num_rows
+        start, end = jnp.broadcast_to(start_k[:, None], (big, 1)), jnp.broadcast_to(end_k[:, None], (big, 1))
+        row_ids, row_ok = rows_k[:, None], rows_k[:, None] < num_rows
     else:
         seg_lane = i * k + lane // lanes
         ok_lane = seg_lane < n_seg
@@ -247,7 +249,7 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
         row_ok = row_ids < num_rows
     first = start + lane % lanes
     row_tiles = _load_group(row_op_refs, plan.shapes[1], row_ids, row_ok, plan, offset, big, interpret=interpret)
-    zero = jnp.zeros((1,), jnp.int32)
+    zero = jnp.zeros((1, 1), jnp.int32)
     shared_tiles = _load_group(shared_refs, plan.shapes[3], zero, zero == 0, plan, offset, big, interpret=interpret)
     seed = acc.load_scalar(seed_ref, 0, interpret=interpret)
 
@@ -312,7 +314,7 @@ def _combine_kernel(*refs, plan: Plan, monoid: Monoid, num_rows, values, counts,
     first = acc.load_scalar(first_ref, q, interpret=interpret)
     count = acc.load_scalar(count_ref, q, interpret=interpret)
     identity = _identity(monoid, values, big)
-    lane = jax.lax.broadcasted_iota(jnp.int32, (big,), 0)
+    lane = jax.lax.broadcasted_iota(jnp.int32, (big, 1), 0)
 
     def step(c, state):
         p = first + c * big + lane

@@ -96,10 +96,10 @@ def _seed_array(seed) -> jax.Array:
 
 
 def _keep_scale(seed, eid, head, rate: float, dtype):
-    """``[B, Hb]`` dropout factor κ, or None without dropout."""
+    """``[B, Hb]`` dropout factor κ for edge ids ``eid`` ``[B, 1]`` and heads ``[Hb]``, or None without dropout."""
     if rate <= 0.0:
         return None
-    keep = dr.edge_dropout_keep(seed, eid[:, None], head[None, :], rate)
+    keep = dr.edge_dropout_keep(seed, eid, head[None, :], rate)
     return jnp.where(keep, 1.0 / (1.0 - rate), 0.0).astype(dtype)
 
 
@@ -175,7 +175,7 @@ def attention_forward_reference(edge_fn: Callable, col, row, edge, shared, csr: 
     p = jnp.where(ref.lanes(valid, scores), jnp.exp(scores - jax.lax.stop_gradient(m)[rows]), 0.0)
     l = seg(jax.ops.segment_sum, p)
     alpha = p / l[rows]
-    kappa = _keep_scale(jnp.asarray(0 if dropout_seed is None else dropout_seed, jnp.int32), csr.eid,
+    kappa = _keep_scale(jnp.asarray(0 if dropout_seed is None else dropout_seed, jnp.int32), csr.eid[:, None],
                         jnp.arange(heads, dtype=jnp.int32), float(dropout_rate), compute)
     if kappa is not None:
         alpha = alpha * kappa

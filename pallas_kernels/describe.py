@@ -7,9 +7,11 @@ jgnn's ``explain`` reports it. The figures:
   ``combine_programs`` for split rows;
 * ``serial_chunks``: chunks the longest main program walks (its critical path), ``combine_chunks`` likewise;
 * ``masked_lane_fraction``: lanes of the walked chunks that hold no slot (wasted issue slots);
-* ``barriers_per_edge``: cross-warp reductions per edge times :data:`BARRIERS_PER_REDUCTION`; the walk has none
-  inside its chunk loop, one merge per program after it when several lanes serve a segment (none when each
-  lane owns a segment), and one per combine program;
+* ``barriers_per_edge``: the schedule's reduction barriers per edge, cross-warp reductions times
+  :data:`BARRIERS_PER_REDUCTION`: none inside the chunk loop, one lane merge per program after it when several
+  lanes serve a segment (none when each lane owns one), one per combine program. Layout conversions that
+  Triton adds (narrow tiles, attention's mixed ranks) are not modelled: read them from the PTX
+  (``benchmarks/results/kernel-schedule-cpu.md`` has both);
 * ``bytes_per_edge`` vs ``min_bytes_per_edge``: requested global-memory bytes per edge (masked lanes touch no
   memory; identical addresses within a program count once), against the compulsory traffic (each operand
   row, id and output row once).
