@@ -88,8 +88,7 @@ def make_plan(groups: Sequence[Sequence[jax.Array]], csr: CSR, *, axis: int, ext
 
 
 class Ctx(NamedTuple):
-    """Per-chunk facts a body may use. Per-slot values are ``[B, 1]`` columns: they broadcast against ``[B, w]``
-    tiles without a layout conversion (a ``[B]`` vector would need one through shared memory in Triton)."""
+    """Per-chunk facts a body may use. Per-slot values are ``[B, 1]`` columns that broadcast against tiles."""
 
     eid: jax.Array  # int32[B, 1]: edge id of each slot
     valid: jax.Array  # bool[B, 1]: slot belongs to a segment
@@ -230,7 +229,7 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
     k = big // lanes
     i, offset = compat.program_id(0), compat.program_id(1) * plan.split
     n_seg = seg_row.shape[0]
-    # Per segment of this program ([k]) and per lane ([B]: lane b serves segment b // lanes).
+    # Per segment of this program ([k]) and per lane ([B, 1]: lane b serves segment b // lanes).
     seg_k = i * k + jax.lax.broadcasted_iota(jnp.int32, (k,), 0)
     ok_k = seg_k < n_seg
     rows_k = acc.load_vector(seg_row, seg_k, ok_k, num_rows, interpret=interpret)
