@@ -140,8 +140,10 @@ class Vjp(EdgeFn):
         with_rows = [x for x, w in zip(known + cts, [self.whole[k] for k in kept] + list(self.whole[self.base.n_in:]),
                                        strict=True) if not w]
         block = np.shape(with_rows[0])[0]
-        zeros = [jnp.zeros(self.shapes[k].shape if self.whole[k] else (block,) + tuple(self.shapes[k].shape),
-                           self.shapes[k].dtype) for k in self.wrt]
+        # On kernel tiles every operand has the tile's shape (lanes=True); otherwise its own trailing shape.
+        shape = lambda k: (np.shape(with_rows[0]) if lanes else (block,) + tuple(self.shapes[k].shape))
+        zeros = [jnp.zeros(self.shapes[k].shape if self.whole[k] and not lanes else shape(k), self.shapes[k].dtype)
+                 for k in self.wrt]
         it = iter(known)
         args = [None] * self.base.n_in
         for k in range(self.base.n_in):
@@ -344,6 +346,8 @@ class Pruned(EdgeFn):
         for k, s, w in zip(self.keep, self.shapes, self.whole, strict=True):
             if k:
                 args.append(next(it))
+            elif lanes and with_rows:  # kernel tiles: every operand has the tile's shape
+                args.append(jnp.zeros(np.shape(with_rows[0]), s.dtype))
             else:
                 args.append(jnp.zeros(s.shape if w or block is None else (block,) + tuple(s.shape), s.dtype))
         return self.base.apply(args, lanes=lanes)
