@@ -98,6 +98,23 @@ def _cone(region: ef.RegionFn, out: ir.Atom) -> list:
     return ops[::-1]
 
 
+def _kernel_trailing(trailing: tuple[int, ...], heads: int) -> tuple[int, ...] | None:
+    """An attention operand's trailing shape (unit axes squeezed) as the kernel takes it: ``(H,)`` for per-row
+    scalars and per-head factors, ``(H, Dk)`` for vectors per head (with one head the head axis may be absent);
+    None when it is neither."""
+    if not trailing:
+        return (heads,)
+    if heads == 1:
+        return (1,) + trailing if len(trailing) == 1 else None
+    return trailing if trailing[0] == heads and len(trailing) <= 2 else None
+
+
+def _heads(score_aval) -> int | None:
+    """The number of heads of ``[E, H]`` scores (unit axes aside; one head for ``[E]`` or ``[E, 1]``)."""
+    squeezed = _squeezed(score_aval.shape[1:])
+    return squeezed[0] if len(squeezed) == 1 else 1 if not squeezed else None
+
+
 def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | None:
     """None when the attention kernel can evaluate ``region`` on its padded tiles: scores from elementwise ops and
     sums over the last axis that zero padding cannot change, values a product of one ``[*, H, D]`` operand with
@@ -112,10 +129,10 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
         if isinstance(a, ir.Const):
             return True
         if a.id in inputs:
-            squeezed = _squeezed(a.shape[1:]) if a.ndim else ()
-            if len(squeezed) == 2:
+            kernel = _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
+            if kernel is not None and len(kernel) == 2:
                 values.append(a)
-            return len(squeezed) <= 2 and (not squeezed or squeezed[0] == heads)
+            return kernel is not None
         op = made_by[a.id]
         if op.prim is lax.mul_p:
             return all(walk(x) for x in op.inputs)
@@ -125,7 +142,8 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
             return walk(op.inputs[0])
         return False
 
-    if not walk(msg) or len(values) != 1 or len(_squeezed(msg.shape[1:])) != 2:
+    kernel = _kernel_trailing(_squeezed(msg.shape[1:]), heads)
+    if not walk(msg) or len(values) != 1 or kernel is None or len(kernel) != 2:
         return Reason.NOT_LANEWISE, {"prim": "values that are not one [E, H, D] operand times per-head factors"}
     for op in score_ops:
         if not (facts.is_elementwise(op.prim) or op.prim in _UNIT_SHAPE or op.prim is lax.reduce_sum_p):
@@ -149,15 +167,15 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
     if spec.reduce == eo.Reduce.SOFTMAX:
         if spec.fn is not region:
             return Reason.NOT_LANEWISE, {"prim": "a derived attention function"}
-        heads = _squeezed(msgs[0].shape[1:])
-        if len(heads) != 1:
+        heads = _heads(msgs[0])
+        if heads is None:
             return Reason.NOT_LANEWISE, {"prim": f"scores of shape {msgs[0].shape[1:]}"}
-        why = attention_fits(region, heads[0])
+        why = attention_fits(region, heads)
         if why is not None:
             return why
         for a, g in zip(operand_avals, spec.groups, strict=True):
             trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
-            if len(trailing) > 2 or (trailing and trailing[0] != heads[0]):
+            if _kernel_trailing(trailing, heads) is None:
                 return Reason.NOT_LANEWISE, {"prim": f"attention operand of trailing shape {trailing}"}
         if any(np.dtype(m.dtype) not in _FLOAT for m in msgs):
             return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(msgs[0].dtype))}
@@ -261,7 +279,7 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     import pallas_kernels as pk
 
     region = spec.fn
-    heads = _squeezed(msgs[0].shape[1:])[0]
+    heads = _heads(msgs[0])
     traced = [tuple(v.shape) if w else tuple(v.shape[1:]) for v, w in zip(region.inputs, region.whole, strict=True)]
 
     def per_head(k):
@@ -271,15 +289,15 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
         rows = 1 if shared else x.shape[0]
         trailing = _squeezed(x.shape if shared else x.shape[1:])
         x = jnp.reshape(x, (rows,) + trailing)
-        return jnp.broadcast_to(x[:, None], (rows, heads)) if not trailing else x
+        return jnp.broadcast_to(x[:, None], (rows, heads)) if not trailing else \
+            jnp.reshape(x, (rows,) + _kernel_trailing(trailing, heads))
 
     def as_traced(tile, shape):
         """A kernel tile with the rank the region was traced with (unit axes put back; a per-row scalar is its
-        first column)."""
-        if not _squeezed(shape):
-            return jnp.reshape(tile[:, 0], (tile.shape[0],) + (1,) * len(shape))
-        dims = iter(tile.shape[1:])
-        return jnp.reshape(tile, (tile.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
+        first column; with one head the head axis goes)."""
+        core = tile[:, 0] if heads == 1 or not _squeezed(shape) else tile
+        dims = iter(core.shape[1:])
+        return jnp.reshape(core, (core.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
 
     def edge_fn(col, row, edge, shared):
         tiles = [as_traced(t, shape) for t, shape in zip(place(col, row, edge, shared), traced, strict=True)]
