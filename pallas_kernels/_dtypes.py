@@ -18,10 +18,18 @@ def result_dtype(arrays: Sequence) -> np.dtype:
     return np.dtype(jnp.result_type(*(x.dtype for x in arrays)))
 
 
-def compute_dtype(arrays: Sequence, *, integers: bool, what: str) -> np.dtype:
-    """Compute dtype of a kernel over ``arrays``; ``integers``: whether integer results are exact there."""
+def compute_dtype(arrays: Sequence, *, integers: bool, what: str, result=None) -> np.dtype:
+    """Compute dtype of a kernel over ``arrays``; ``integers``: whether integer results are exact there.
+
+    ``result``: the dtype the kernel returns, when the caller knows it: a floating result computed from integer
+    operands (edge types, counts) is computed in floating point, which holds integers exactly up to 2**24
+    (float32) or 2**53 (float64, chosen when an operand is 64-bit).
+    """
     dtypes = [np.dtype(x.dtype) for x in arrays]
-    result = result_dtype(arrays)
+    result = result_dtype(arrays) if result is None or not jnp.issubdtype(result, jnp.floating) else np.dtype(result)
+    if jnp.issubdtype(result, jnp.floating) and not any(jnp.issubdtype(d, jnp.floating) for d in dtypes):
+        wide = any(d.itemsize == 8 for d in dtypes) or result == np.dtype(jnp.float64)
+        return np.dtype(jnp.float64 if wide else jnp.float32)
     if any(jnp.issubdtype(d, jnp.complexfloating) for d in dtypes):
         raise TypeError(f"{what}: complex operands are not supported (got {[d.name for d in dtypes]})")
     if jnp.issubdtype(result, jnp.floating):

@@ -43,7 +43,7 @@ def prepare(edge_fn: EdgeFn, col, row, edge, shared, csr: CSR, *, integers: bool
         if x.shape[0] != 1:
             raise ValueError(f"{what}: shared operands must have one row, got shape {x.shape}")
     width = max(x.shape[1] for x in arrays)
-    compute = _dtypes.compute_dtype(arrays, integers=integers, what=what)
+    compute = _dtypes.compute_dtype(arrays, integers=integers, what=what, result=out_dtype)
     plan = wk.make_plan(groups, csr, axis=width, compute=compute)
     tiles, _ = wk.abstract_inputs(plan)
     out = jax.eval_shape(edge_fn, *tiles)

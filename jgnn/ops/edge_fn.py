@@ -60,6 +60,7 @@ class RegionFn(EdgeFn):
     def apply(self, rows, *, lanes=False):
         env = {v.id: x for v, x in zip(self.inputs, rows, strict=True)}
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
+        tile = next((np.shape(x) for x in rows if np.ndim(x) == 2), None) if lanes else None
 
         def read(a):
             return a.value if isinstance(a, ir.Const) else env[a.id]
@@ -67,8 +68,9 @@ class RegionFn(EdgeFn):
         for op in self.ops:
             args = [read(a) for a in op.inputs]
             if lanes and op.prim in facts.SHAPE_ONLY:
-                # On [B, W] tiles a unit-axis reshape is the identity, and the kernel already broadcast shared rows.
-                out = args[0]
+                # On [B, W] tiles a unit-axis reshape is the identity, and the kernel already broadcast shared rows;
+                # a scalar the region itself made (a literal) still has to become a tile.
+                out = jnp.broadcast_to(args[0], tile) if np.ndim(args[0]) == 0 else args[0]
             elif block != self.rows and op.outputs[0].shape[:1] == (self.rows,):
                 out = compat.bind(op.prim, facts.resize(op, block), args)
             else:

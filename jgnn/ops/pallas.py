@@ -329,6 +329,8 @@ def _tile_op(op, ins, block: int):
         traced_in, traced_out = op.inputs[0].shape, op.outputs[0].shape
         if op.prim is lax.broadcast_in_dim_p:
             dims = tuple(op.params["broadcast_dimensions"])
+            if x.ndim == len(traced_in) + 1:
+                dims = (0,) + dims  # a shared operand's tile keeps a leading row axis of its own
             target = [1] * len(traced_out)
             for j, d in enumerate(dims):
                 target[d] = x.shape[j] if x.ndim else 1
@@ -342,4 +344,8 @@ def _tile_op(op, ins, block: int):
         return jnp.sum(ins[0], axis=tuple(op.params["axes"]))
     if op.prim is lax.convert_element_type_p:
         return jnp.asarray(ins[0]).astype(op.params["new_dtype"])
+    if len(ins) > 1 and facts.is_elementwise(op.prim):
+        # Unit axes left by the shape ops above broadcast here (lax ops such as select_n do not broadcast).
+        shape = jnp.broadcast_shapes(*(np.shape(x) for x in ins))
+        ins = [x if np.ndim(x) == 0 else jnp.broadcast_to(x, shape) for x in ins]
     return op.run(*ins)[0]
