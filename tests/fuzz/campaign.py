@@ -136,7 +136,7 @@ def write_report(out: pathlib.Path, found: dict, cases: int, batches: int, secon
              f"{cases} cases in {batches} batches, {seconds:.0f} s ({summary['cases_per_minute']} cases/min).", "",
              "| class | failing cases |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(by_class.items())]
-    lines += ["", "| class | kind | part | backend | where | dtype | cases | reproducer |", "|---|" * 8]
+    lines += ["", "| class | kind | part | backend | where | dtype | cases | reproducer |", "|" + "---|" * 8]
     lines += [f"| {r['class']} | {r['kind']} | {r['part']} | {r['backend']} | {r['where']} | {r['dtype']} | "
               f"{r['failing_cases']} | {r['reproducer']} |" for r in rows]
     (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -64,6 +64,9 @@ class GraphSpec:
     flags: frozenset = frozenset()
     seed: int = 0
 
+    def __repr__(self) -> str:
+        return f"GraphSpec({self.shape!r}, flags={sorted(self.flags)}, seed={self.seed})"
+
 
 @dataclasses.dataclass(frozen=True)
 class Pattern:

@@ -37,6 +37,10 @@ class Program:
     complex_ok: bool = False
     takes_layout: bool = False
 
+    def __repr__(self) -> str:  # hypothesis prints failing examples: keep it short (the reproducer has the source)
+        return (f"Program({self.family!r}, params={dict(self.params)}, features={sorted(self.features)}, "
+                f"source_lines={self.source.count(chr(10))})")
+
     def load(self):
         """``model`` from the source (executed in a fresh namespace)."""
         namespace: dict = {}

@@ -51,6 +51,10 @@ class Batch:
     dtype: str
     pairs: tuple[tuple[GraphSpec, ValueSpec], ...]
 
+    def __repr__(self) -> str:
+        pairs = "\n  ".join(f"{g!r}, {v!r}" for g, v in self.pairs)
+        return f"Batch({self.program!r}, {self.dtype!r}, pairs=\n  {pairs})"
+
     def cases(self) -> list[Case]:
         return [Case(self.program, self.dtype, g, v) for g, v in self.pairs]
 
