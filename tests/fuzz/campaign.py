@@ -86,6 +86,20 @@ def shrink(found: Found, batches: int, seconds: float) -> checker.Failure:
     return state["best"]
 
 
+def to_shrink(found: dict, which: str) -> list[tuple[tuple, Found]]:
+    """Every signature, or the most frequent signature of each class (all unclassified ones)."""
+    ranked = sorted(found.items(), key=lambda kv: -kv[1].count)
+    if which == "all":
+        return ranked
+    seen, picked = set(), []
+    for sig, fd in ranked:
+        letter = classify.classify(fd.failure)[0]
+        if letter == "?" or letter not in seen:
+            picked.append((sig, fd))
+            seen.add(letter)
+    return picked
+
+
 def campaign(cases: int, seed: int, chunk: int, log=print) -> tuple[dict, int, int, float]:
     found: dict[tuple, Found] = {}
     totals = {"cases": 0, "batches": 0}
@@ -149,6 +163,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="first chunk seed (default: from the clock)")
     ap.add_argument("--chunk", type=int, default=100, help="batches per hypothesis run")
     ap.add_argument("--shrink-seconds", type=float, default=300.0, help="per signature; 0 to skip shrinking")
+    ap.add_argument("--shrink", choices=("class", "all"), default="class",
+                    help="shrink the most frequent signature of each class, or every signature")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out/fuzz"))
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time()) % 2**31
@@ -156,10 +172,11 @@ def main(argv=None) -> int:
     found, cases, batches, seconds = campaign(args.cases, seed, args.chunk,
                                               log=lambda s: print(s, flush=True))
     if args.shrink_seconds > 0:
-        for sig, fd in found.items():
+        for sig, fd in to_shrink(found, args.shrink):
             t = time.perf_counter()
             fd.shrunk = shrink(fd, args.chunk, args.shrink_seconds)
-            print(f"shrunk {sig[:4]} in {time.perf_counter() - t:.0f} s", flush=True)
+            print(f"shrunk {sig[:4]} in {time.perf_counter() - t:.0f} s: class {classify.classify(fd.shrunk)[0]}",
+                  flush=True)
     summary = write_report(args.out, found, cases, batches, seconds, seed)
     print(json.dumps({k: v for k, v in summary.items() if k != "signatures"}, indent=1))
     return 1 if found else 0

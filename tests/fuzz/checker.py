@@ -72,12 +72,15 @@ def _jgnn_errors() -> tuple[type, ...]:
 
 
 def is_named_error(exc: BaseException) -> bool:
-    """A jgnn exception class, or a ValueError/TypeError with a message raised by jgnn code itself."""
+    """A jgnn exception class, or a ValueError/TypeError with a message that a jgnn ``raise`` statement raised.
+
+    Errors that jgnn merely passes through (numpy, JAX) are crashes, even when jgnn's frame is the last one.
+    """
     if isinstance(exc, _jgnn_errors()):
         return True
     frames = traceback.extract_tb(exc.__traceback__)
     return type(exc) in (ValueError, TypeError) and bool(str(exc)) and bool(frames) and \
-        frames[-1].filename.startswith(_PACKAGE_DIRS[:1])
+        frames[-1].filename.startswith(_PACKAGE_DIRS[:1]) and (frames[-1].line or "").lstrip().startswith("raise")
 
 
 def crash_site(exc: BaseException) -> str:
@@ -118,7 +121,19 @@ def _compiled(program, backend: str, mode: str):
         out, grads = vjp(treedef, mask, floats, others, params, cotangent)
         return out, grads, jvp(treedef, mask, floats, others, params, tangents)[1]
 
-    return jax.jit({"forward": forward, "vjp": vjp, "jvp": jvp, "both": both}[mode], static_argnums=(0, 1))
+    def vmap(treedef, mask, floats, others, params):
+        """The layer mapped over a leading axis of stacked parameters."""
+        return jax.vmap(lambda p: forward(treedef, mask, floats, others, p))(params)
+
+    def shard_map(treedef, mask, floats, others, params):
+        """The layer inside shard_map over a one-device mesh (replicated in and out)."""
+        mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+        spec = jax.sharding.PartitionSpec()
+        return jax.shard_map(lambda f, o, p: forward(treedef, mask, f, o, p), mesh=mesh, in_specs=spec,
+                             out_specs=spec)(floats, others, params)
+
+    fns = {"forward": forward, "vjp": vjp, "jvp": jvp, "both": both, "vmap": vmap, "shard_map": shard_map}
+    return jax.jit(fns[mode], static_argnums=(0, 1))
 
 
 @dataclasses.dataclass
@@ -195,8 +210,7 @@ def run(program, backend: str, mode: str, ops: Operands, dtype: str):
     """(result, None) or (None, exception); results are numpy."""
     fn = _compiled(program, backend, mode)
     args = (ops.treedef, ops.mask, ops.floats, ops.others, ops.params)
-    args += {"forward": (), "vjp": (ops.cotangent,), "jvp": (ops.tangents,), "both": (ops.cotangent, ops.tangents)
-             }[mode]
+    args += {"vjp": (ops.cotangent,), "jvp": (ops.tangents,), "both": (ops.cotangent, ops.tangents)}.get(mode, ())
     key = (program, backend, mode, dtype, ops.treedef, tuple((np.shape(x), str(getattr(x, "dtype", type(x))))
                                                              for x in jax.tree_util.tree_leaves(args[2:])))
     if key in _CRASHES:
@@ -305,7 +319,7 @@ PARTS = {"both": (("forward", lambda r: r[0]), ("grad", lambda r: r[1]), ("jvp",
          "vjp": (("forward", lambda r: r[0]), ("grad", lambda r: r[1])),
          "jvp": (("forward", lambda r: r[0]), ("jvp", lambda r: r[1])),
          "forward": (("forward", lambda r: r),)}
-PART_OF_MODE = {"vjp": "grad", "jvp": "jvp", "forward": "forward"}
+PART_OF_MODE = {"vjp": "grad", "jvp": "jvp", "forward": "forward", "vmap": "vmap", "shard_map": "shard_map"}
 
 
 # ---- one case ----------------------------------------------------------------------------------------------
@@ -381,6 +395,26 @@ def _crash(case, backend, part, exc) -> Failure:
                    crash_site(exc))
 
 
+def check_transform(case: Case, transform: str, backends=BACKENDS) -> list[Failure]:
+    """The forward pass under ``vmap`` (over two stacked parameter sets) or ``shard_map``, against the reference."""
+    ops = operands(case)
+    if transform == "vmap":
+        ops = dataclasses.replace(ops, params=jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), ops.params))
+    ref, exc = run(case.program, "reference", transform, ops, case.dtype)
+    if exc is not None:
+        return [_reference_failure(case, transform, exc)]
+    failures = []
+    for backend in backends:
+        got, exc = run(case.program, backend, transform, ops, case.dtype)
+        if exc is not None:
+            failures.append(_crash(case, backend, transform, exc))
+            continue
+        res = compare_trees(ref, got, case.dtype, lambda: ref)
+        if res is not None:
+            failures.append(Failure(case, backend, transform, res[0], res[2], res[1]))
+    return failures
+
+
 def check_explain(case: Case) -> list[Failure]:
     """The reference program, compiled and explained, must have no fallback region."""
     model = _model(case.program)
@@ -423,6 +457,8 @@ def check_batch(batch: Batch, *, stop_at_first: bool = False, explain: bool = Tr
                 break
             failures += check_case(case)
             done += 1
+        if batch.transform and not (failures and stop_at_first):
+            failures += check_transform(cases[0], batch.transform)
     return BatchResult(done, failures)
 
 

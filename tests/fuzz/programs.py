@@ -185,7 +185,7 @@ class Emitter:
     def dropout(self, x: Val, key_expr: str, feature: str) -> Val:
         """Inverted dropout with a closed-over key or per-edge raw key data (float32 uniform draws)."""
         self.features.add(feature)
-        keep = f"(jax.random.uniform({key_expr}, {x.shape}) < 0.75)"
+        keep = f"(jax.random.uniform({key_expr}, {x.shape}, jnp.float32) < 0.75)"
         return self.let(f"jnp.where({keep}, {x.name} / 0.75, 0.0)", x.shape)
 
     def mask(self, logit: Val, flag: str) -> Val:

@@ -104,6 +104,12 @@ def run(backend):
                 {k: normal(rng, np.shape(v), v.dtype) for k, v in params.items()})
     if MODE == "forward":
         return {"forward": jax.jit(f)(floats, params)}
+    if MODE == "vmap":  # two stacked parameter sets
+        stacked = jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), params)
+        return {"vmap": jax.jit(jax.vmap(lambda p: f(floats, p)))(stacked)}
+    if MODE == "shard_map":
+        mesh, spec = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",)), jax.sharding.PartitionSpec()
+        return {"shard_map": jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))(floats, params)}
     if MODE == "jvp":
         out, tangent = jax.jit(lambda fl, p, t: jax.jvp(f, (fl, p), t))(floats, params, tangents)
         return {"forward": out, "jvp": tangent}
@@ -139,7 +145,7 @@ def reproducer(failure: Failure) -> str:
     inputs = dict(built.inputs)
     layout = inputs.pop("layout", None)
     params = make_params(case.program, dtype, case.values.seed)
-    mode = {"grad": "vjp", "forward": "vjp", "jvp": "jvp"}.get(failure.mode, "forward")
+    mode = {"grad": "vjp", "forward": "vjp", "jvp": "jvp"}.get(failure.mode, failure.mode)
     x64 = case.dtype in ("float64", "complex128")
     doc = (f'"""jgnn fuzz reproducer: {failure.kind} ({failure.mode}) on backend {failure.backend!r}, '
            f"dtype {case.dtype}.\n\n" + "\n".join(textwrap.wrap(f"{failure.where} {failure.detail}", 110))

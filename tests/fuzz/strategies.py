@@ -31,6 +31,8 @@ COMMON_SHAPES = tuple(name for name in SHAPES if name != "hub")
 NODE_WIDTHS = (8, 3, 1)
 WIDTHS = (8, 4, 2)
 HEADS = 2
+# Where phi's dropout key comes from: a constant closed over, an argument, or uint32 key data per edge.
+DROPOUT_FEATURE = {"const": "closed_key", "typed": "arg_key", "raw": "arg_key", "edge": "edge_key"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +52,11 @@ class Batch:
     program: pg.Program
     dtype: str
     pairs: tuple[tuple[GraphSpec, ValueSpec], ...]
+    transform: str | None = None  # also check the forward pass under "vmap" or "shard_map" (first case)
 
     def __repr__(self) -> str:
         pairs = "\n  ".join(f"{g!r}, {v!r}" for g, v in self.pairs)
-        return f"Batch({self.program!r}, {self.dtype!r}, pairs=\n  {pairs})"
+        return f"Batch({self.program!r}, {self.dtype!r}, transform={self.transform!r}, pairs=\n  {pairs})"
 
     def cases(self) -> list[Case]:
         return [Case(self.program, self.dtype, g, v) for g, v in self.pairs]
@@ -127,10 +130,12 @@ def mp_programs(draw, dtype: str = "float32") -> pg.Program:
         elif op == "int_to_float":
             pool.append(phi.int_to_float(draw(st.sampled_from(ints))[0], x))
         elif op == "dropout":
-            pool.append(phi.dropout(x, key_expr, "edge_key" if key_mode == "edge" else "closed_key"))
+            pool.append(phi.dropout(x, key_expr, DROPOUT_FEATURE[key_mode]))
         elif op == "mask":
             pool.append(phi.mask(x, 'edge["m"]'))
 
+    if key_expr and DROPOUT_FEATURE[key_mode] not in phi.features:  # a key is there to be used
+        pool.append(phi.dropout(pool[-1], key_expr, DROPOUT_FEATURE[key_mode]))
     messages: dict[str, pg.Val] = {}
     for i, v in enumerate(dict.fromkeys([pool[-1], _pick(draw, pool)])):
         if v.shape == ():
@@ -201,6 +206,7 @@ def mp_programs(draw, dtype: str = "float32") -> pg.Program:
     elif key_mode in ("typed", "raw"):
         body.append('key = inputs["key"]')
         extras = (("key", key_mode),)
+        phi.features.add(f"key_arg_{key_mode}")
     body += pg.function("phi", phi_args, phi.lines, pg.dict_expr({k: v.name for k, v in messages.items()})
                         ).splitlines()
     body += pg.function("rho", "mb, node", rho_lines, rho_ret).splitlines()
@@ -479,4 +485,5 @@ def batches(draw, graphs_per_batch: int = 5, values_per_graph: int = 4) -> Batch
         g = draw(graph_specs(shape, program.takes_layout))
         for _ in range(values_per_graph):
             pairs.append((g, draw(value_specs(probe.float_leaves))))
-    return Batch(program, dtype, tuple(pairs))
+    transform = draw(st.integers(0, 7).map(lambda i: {6: "vmap", 7: "shard_map"}.get(i)))
+    return Batch(program, dtype, tuple(pairs), transform)
