@@ -70,7 +70,7 @@ def shrink(found: Found, batches: int, seconds: float) -> checker.Failure:
             if batch != found.batch:
                 return  # before the failing batch: nothing to check
             state["seen"] = True
-        result = checker.check_batch(batch, explain=found.failure.mode == "explain")
+        result = checker.check_batch(batch, target=checker.Target.of(found.failure))
         same = [f for f in result.failures if _same_bug(f, found.failure)]
         if same:
             state["best"] = same[0]  # hypothesis replays the minimal example last

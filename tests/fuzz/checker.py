@@ -243,7 +243,7 @@ def _as_real(x: np.ndarray) -> np.ndarray:
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
-    return x.reshape(1, -1) if x.ndim == 0 else x.reshape(x.shape[0], -1)
+    return x.reshape(1, -1) if x.ndim == 0 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
 
 
 def _row_max(x: np.ndarray, where: np.ndarray) -> np.ndarray:
@@ -444,21 +444,45 @@ class BatchResult:
     failures: list[Failure]
 
 
-def check_batch(batch: Batch, *, stop_at_first: bool = False, explain: bool = True) -> BatchResult:
-    """Check every case of a batch; with ``stop_at_first``, return after the first failing case."""
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """While shrinking one bug: check only what can reproduce it, and stop as soon as it does."""
+
+    kind: str
+    part: str
+    backend: str
+
+    @classmethod
+    def of(cls, f: Failure) -> Target:
+        return cls(f.kind, f.mode, f.backend)
+
+    def matches(self, f: Failure) -> bool:
+        return (f.kind, f.mode, f.backend) == (self.kind, self.part, self.backend)
+
+
+def check_batch(batch: Batch, *, stop_at_first: bool = False, target: Target | None = None) -> BatchResult:
+    """Check every case of a batch (the explain report, every case, then the transform).
+
+    With ``stop_at_first``, return after the first failing case. With a ``target``, run only the checks that
+    can give that failure (its backend, its part) and return once it is found; other failures are dropped.
+    """
+    backends = BACKENDS if target is None else tuple(b for b in BACKENDS if b == target.backend)
+    wanted = target.matches if target else (lambda f: True)
+    stop = stop_at_first or target is not None
     failures: list[Failure] = []
     cases = batch.cases()
     done = 0
     with _unfiltered_tracebacks():
-        if explain:
-            failures += check_explain(cases[0])
+        if target is None or target.part == "explain":
+            failures += [f for f in check_explain(cases[0]) if wanted(f)]
         for case in cases:
-            if failures and stop_at_first:
+            if failures and stop:
                 break
-            failures += check_case(case)
+            if target is None or target.part not in ("explain", "vmap", "shard_map"):
+                failures += [f for f in check_case(case, backends) if wanted(f)]
             done += 1
-        if batch.transform and not (failures and stop_at_first):
-            failures += check_transform(cases[0], batch.transform)
+        if batch.transform and (target is None or target.part == batch.transform) and not (failures and stop):
+            failures += [f for f in check_transform(cases[0], batch.transform, backends) if wanted(f)]
     return BatchResult(done, failures)
 
 

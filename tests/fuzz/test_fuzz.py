@@ -36,15 +36,17 @@ def raise_failure(f: checker.Failure) -> None:
 def test_backends_match_reference():
     """At least MIN_CASES cases; the first failure (shrunk) fails the test with its reproducer."""
     counted = {"cases": 0, "batches": 0}
+    target: list[checker.Target] = []  # the first failure: shrinking keeps to it and checks only what it needs
 
     @settings(max_examples=BATCHES, deadline=None, derandomize=True, database=None, print_blob=False,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+              report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(batch=strategies.batches())
     def fuzz(batch):
-        result = checker.check_batch(batch, stop_at_first=True)
+        result = checker.check_batch(batch, stop_at_first=True, target=target[0] if target else None)
         counted["cases"] += result.cases
         counted["batches"] += 1
         if result.failures:
+            target[:] = [checker.Target.of(result.failures[0])]
             raise_failure(result.failures[0])
 
     fuzz()
