@@ -1,18 +1,21 @@
 """The differential checker: run one `Batch` on every backend and compare with the reference.
 
-For each case, every backend runs two jitted functions of ``model(backend, inputs, params)``:
+For each case, every backend runs one jitted function of ``model(backend, inputs, params)`` that returns
 
-* ``vjp``: the outputs and the gradients of ``sum(out · cotangent)`` (a fixed random cotangent) with respect
-  to every float input leaf and every parameter;
-* ``jvp``: the outputs and their tangents along fixed random input and parameter tangents.
+* ``forward``: the outputs;
+* ``grad``: the gradients of ``sum(out · cotangent)`` (a seeded random cotangent) with respect to every float
+  input leaf and every parameter (``jax.vjp``);
+* ``jvp``: the output tangents along seeded random input and parameter tangents (``jax.jvp``).
 
-When a backend is not within rounding of the reference, the reference also runs in float64 as the oracle
-(`tolerances`). Compiled functions are cached per
-(program, backend, mode), so the cases of a batch, and batches that repeat a program, reuse them.
+When that function fails, vjp and jvp (and forward alone) run apart, so the failure is pinned to the part that
+causes it. Compiled functions are cached per (program, backend, mode): the cases of a batch reuse them. Each
+part is compared leaf by leaf with the reference (`tolerances`); the float64 oracle runs only when a backend is
+not within rounding of the reference.
 
-A failure is one of: a backend crash (any exception, except a named jgnn error where the reference raises one
-too), a reference that rejects a valid program, NaN/inf positions that differ from the reference, values
-outside the tolerance, or a fallback in `jgnn.explain`'s report (the program is fully supported).
+A failure is one of `KINDS`: a backend crash (any exception, except a named jgnn error where the reference
+raises one too), a reference that rejects a valid program, NaN/inf positions that differ from the reference,
+values outside the tolerance, or a fallback in `jgnn.explain`'s report (every generated program is meant to
+be fully supported).
 """
 
 from __future__ import annotations

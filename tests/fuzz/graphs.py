@@ -243,11 +243,11 @@ def _graph(sig: Signature, shape: Shape, flags: frozenset, rng, dtype, scale: fl
 
 
 def _leaves_with_names(tree, prefix: str):
-    flat, _ = jraph_tree_flatten(tree)
+    flat, _ = named_leaves(tree)
     return [(prefix + name, leaf) for name, leaf in flat]
 
 
-def jraph_tree_flatten(tree):
+def named_leaves(tree):
     """(dotted name, leaf) pairs of a pytree of numpy arrays, and its treedef."""
     with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
     names = [".".join(_key_name(k) for k in path) for path, _ in with_path]
@@ -294,7 +294,7 @@ def build_inputs(sig: Signature, graph: GraphSpec, values: ValueSpec, dtype) -> 
             continue
         named[p.leaf] = PATTERNS[p.kind](np.asarray(named[p.leaf], np.float64 if not np.iscomplexobj(
             named[p.leaf]) else np.complex128), owner, np.random.default_rng([graph.seed, values.seed, 7]))
-    flat, treedef = jraph_tree_flatten(inputs)
+    flat, treedef = named_leaves(inputs)
     leaves = [_cast(named[name], dtype) if is_float(leaf) else leaf for name, leaf in flat]
     inputs = jax.tree_util.tree_unflatten(treedef, leaves)
     if any(extra[0] == "layout" for extra in sig.extras):  # host-built CSRs of the first graph

@@ -289,8 +289,9 @@ def segment_programs(draw, dtype: str = "float32") -> pg.Program:
         width_out = draw(st.sampled_from(WIDTHS)) if out else k
         if op == "typed":
             edge_types = 3
-        lines.append("m = " + template.format(W=em.param((k, width_out)), WT=em.param((3, k, width_out))
-                                              if op == "typed" else ""))
+        weight = {"W": lambda: em.param((k, width_out)), "WT": lambda: em.param((3, k, width_out))}
+        lines.append("m = " + template.format(**{name: make() for name, make in weight.items()
+                                                 if "{" + name + "}" in template}))
         em.features.add(f"edge_{op}")
         k = width_out
     reductions = [red for red in SEGMENT_REDUCE if not cplx or red in ("segment_sum", "jraph_sum", "segment_mean",
@@ -311,7 +312,7 @@ def segment_programs(draw, dtype: str = "float32") -> pg.Program:
     uses_idx = gather == "idx_arg"
     fn_args = "inputs['graph'], inputs['idx'], params" if uses_idx else "inputs['graph'], params"
     fn = pg.function("fn", "graph, idx, P" if uses_idx else "graph, P", lines[:-1], lines[-1])
-    body = ["params = dict(params)"] + fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
+    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
     source = pg.function("model", "backend, inputs, params", body, f"compiled({fn_args})")
     needs_x = any("edges[\"x\"]" in ln for ln in lines)
     sig = Signature(node_feats=(("h", (width,)),), edge_feats=(("x", (4,)),) if needs_x else (),
