@@ -171,6 +171,7 @@ def main(argv=None) -> int:
     print(f"campaign: {args.cases} cases, seed {seed}, writing to {args.out}", flush=True)
     found, cases, batches, seconds = campaign(args.cases, seed, args.chunk,
                                               log=lambda s: print(s, flush=True))
+    write_report(args.out, found, cases, batches, seconds, seed)  # unshrunk, in case shrinking is cut short
     if args.shrink_seconds > 0:
         for sig, fd in to_shrink(found, args.shrink):
             t = time.perf_counter()

@@ -125,7 +125,7 @@ def show(ref, got):
             nan = int((np.isnan(r) != np.isnan(g)).sum())
             inf = int((np.isinf(r) != np.isinf(g)).sum())
             ok = np.isfinite(r) & np.isfinite(g)
-            err = float(np.abs(r - g)[ok].max(initial=0))
+            err = float(np.abs(np.where(ok, r - g, 0)).max(initial=0))
             scale = float(np.abs(r)[ok].max(initial=0))
             print(f"{part:8s}{jax.tree_util.keystr(path):24s} max|got-ref| {err:.3g} (max|ref| {scale:.3g}), "
                   f"NaN positions differing: {nan}, inf positions differing: {inf}")
