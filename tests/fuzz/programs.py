@@ -41,6 +41,9 @@ class Program:
         return (f"Program({self.family!r}, params={dict(self.params)}, features={sorted(self.features)}, "
                 f"source_lines={self.source.count(chr(10))})")
 
+    def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis's printer: use the short repr
+        printer.text(repr(self))
+
     def load(self):
         """``model`` from the source (executed in a fresh namespace)."""
         namespace: dict = {}

@@ -58,6 +58,9 @@ class Batch:
         pairs = "\n  ".join(f"{g!r}, {v!r}" for g, v in self.pairs)
         return f"Batch({self.program!r}, {self.dtype!r}, transform={self.transform!r}, pairs=\n  {pairs})"
 
+    def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis's printer: use the short repr
+        printer.text(repr(self))
+
     def cases(self) -> list[Case]:
         return [Case(self.program, self.dtype, g, v) for g, v in self.pairs]
 
