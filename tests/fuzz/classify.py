@@ -55,11 +55,11 @@ _ONES_LIKE = ("two_graphs", "reduce_segment_mean", "reduce_degree_mean", "reduce
 RULES: tuple[tuple[str, str, Callable[[Facts], bool]], ...] = (
     ("p", "the degree as jgnn.sum(jnp.ones_like(mb[:, :1])) is rejected, the reference included",
      lambda x: x.has("rho_mean_by_degree") and "mailbox" in x.where),
-    ("i", "a closed-over key, uint32 key data in edges, or softmax of a softmax crashes",
-     lambda x: x.kind in _CRASH and (x.has("closed_key", "edge_key") or
-                                     (x.has("rho_softmax_of_softmax") and "residency" in x.where))),
     ("o", "explain crashes on a function that takes a PRNG key argument",
      lambda x: x.part == "explain" and x.kind in _CRASH and x.has("key_arg_typed", "key_arg_raw")),
+    ("i", "a closed-over key, a key argument, uint32 key data in edges, or softmax of a softmax crashes",
+     lambda x: x.kind in _CRASH and (x.has("closed_key", "edge_key", "arg_key") or
+                                     (x.has("rho_softmax_of_softmax") and "residency" in x.where))),
     ("q", "a data-dependent scatter (receivers * R + type) or a gather by an index argument falls back",
      lambda x: x.kind == "fallback" and x.has("reduce_relation_mean", "gather_idx_arg")),
     ("5", "an op on graph data falls back (issue 12, item 5: jnp.stack, split, dynamic_slice, ...)",
