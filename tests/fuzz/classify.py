@@ -48,7 +48,7 @@ _CRASH = ("crash", "rejects")
 _WRONG = ("value", "nonfinite")
 _PALLAS = "pallas_interpret"
 _ONES_LIKE = ("two_graphs", "reduce_segment_mean", "reduce_degree_mean", "reduce_segment_normalize",
-              "rho_mean_by_degree", "rho_mean")
+              "reduce_segment_min_or_constant", "rho_mean_by_degree", "rho_mean")  # segment_sum(ones_like(.))
 
 # (letter, what it is, predicate). Order matters: the first match wins, so causes named by a program feature
 # come before symptoms (a jvp crash, a value mismatch) that many causes share.
@@ -58,12 +58,14 @@ RULES: tuple[tuple[str, str, Callable[[Facts], bool]], ...] = (
     ("o", "explain crashes on a function that takes a PRNG key argument",
      lambda x: x.part == "explain" and x.kind in _CRASH and x.has("key_arg_typed", "key_arg_raw")),
     ("i", "a closed-over key, a key argument, uint32 key data in edges, or softmax of a softmax crashes",
-     lambda x: x.kind in _CRASH and (x.has("closed_key", "edge_key", "arg_key") or
-                                     (x.has("rho_softmax_of_softmax") and "residency" in x.where))),
+     lambda x: x.kind in _CRASH and ((x.has("closed_key", "edge_key", "arg_key") and "remat" in x.where)
+                                     or (x.has("rho_softmax_of_softmax") and "residency" in x.where))),
     ("q", "a data-dependent scatter (receivers * R + type) or a gather by an index argument falls back",
      lambda x: x.kind == "fallback" and x.has("reduce_relation_mean", "gather_idx_arg")),
     ("5", "an op on graph data falls back (issue 12, item 5: jnp.stack, split, dynamic_slice, ...)",
      lambda x: x.kind == "fallback"),
+    ("k", "shard_map over a layer on the Pallas path needs check_vma=False",
+     lambda x: x.kind in _CRASH and x.part == "shard_map" and x.backend == _PALLAS),
     ("j", "no forward-mode AD through fused layers (JAX refuses jvp of a custom_vjp)",
      lambda x: x.kind in _CRASH and x.part == "jvp" and "/" not in x.where),
     ("h", "float64 / complex64 crash or lose precision",
@@ -83,8 +85,8 @@ RULES: tuple[tuple[str, str, Callable[[Facts], bool]], ...] = (
      lambda x: x.kind in _WRONG and x.has("two_graphs") and x.has("layout")),
     ("n", "int32 messages summed in float32 / wrong Pallas int32 max",
      lambda x: x.kind == "value" and x.detail.startswith("integer")),
-    ("f", "wrong answers with a negative receiver under jit",
-     lambda x: x.kind in _WRONG and "negative" in x.flags),
+    ("f", "wrong answers with a negative (or out-of-range) id under jit",
+     lambda x: x.kind in _WRONG and bool({"negative", "out_of_range"} & x.flags)),
     ("b", "Pallas attention returns 0 when a row's first chunk is all -inf",
      lambda x: x.kind in _WRONG and x.backend == _PALLAS and x.has(*_SOFTMAX) and "neginf_prefix" in x.patterns),
     ("c", "fused attention gradients wrong when all in-edges are masked with -1e9",
