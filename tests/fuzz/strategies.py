@@ -85,9 +85,10 @@ def mp_programs(draw, dtype: str = "float32") -> pg.Program:
     width = draw(st.sampled_from(NODE_WIDTHS))
     node_types = draw(st.sampled_from((0, 2, 3)))
     edge_types = draw(st.sampled_from((0, 3)))
-    edge_x, edge_bias, edge_flag = draw(sometimes()), draw(sometimes()), draw(sometimes()) and not cplx
+    edge_x, edge_bias, edge_flag = draw(sometimes()), draw(sometimes(2)), draw(sometimes()) and not cplx
     glob_phi, glob_psi = draw(sometimes()), draw(sometimes())
-    key_mode = None if cplx else draw(st.sampled_from((None, None, "const", "typed", "raw", "edge")))
+    # A dropout key in one program of four: a crash on keys would hide every other bug of the program.
+    key_mode = None if cplx else draw(st.sampled_from((None,) * 12 + ("const", "typed", "raw", "edge")))
     params: dict = {}
     phi = pg.Emitter("p", params)
     pool = [pg.Val('src["h"]', (width,)), pg.Val('dst["h"]', (width,))]
