@@ -139,7 +139,8 @@ def write_report(out: pathlib.Path, found: dict, cases: int, batches: int, secon
         rows.append({"class": letter, "description": what, "kind": sig[0], "part": sig[1], "backend": sig[2],
                      "where": sig[3], "dtype": sig[4], "failing_cases": fd.count, "reproducer": name,
                      "detail": shown.detail, "shrunk": fd.shrunk is not None,
-                     "features": sorted(shown.case.program.features), "family": shown.case.program.family,
+                     "facts": {k: sorted(v) if isinstance(v, frozenset) else v
+                               for k, v in dataclasses.asdict(classify.Facts.of(shown)).items()},
                      "graph": repr(shown.case.graph), "values": repr(shown.case.values)})
     by_class = collections.Counter()
     for r in rows:

@@ -62,6 +62,6 @@ def test_backends_match_reference():
     if KEEP_GOING:
         print(f"\n{counted['cases']} cases in {counted['batches']} batches, {time.perf_counter() - start:.0f} s")
         for sig, n in seen.most_common():
-            print(f"{n:5d}  {sig}")
+            print(f"{n:5d} batches  {sig}")
         assert not seen, f"{sum(seen.values())} failures in {len(seen)} signatures"
     assert counted["cases"] >= MIN_CASES, counted
