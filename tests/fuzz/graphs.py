@@ -102,10 +102,9 @@ class Signature:
 
 # ---- structure ---------------------------------------------------------------------------------------------
 
-def _edges_within(rng, n: int, e: int, live: int, first_receiver: int) -> tuple[np.ndarray, np.ndarray]:
-    senders = rng.integers(0, live, e)
-    receivers = rng.integers(min(first_receiver, live - 1), live, e)
-    return senders, receivers
+def _edges_within(rng, e: int, live: int, first_receiver: int) -> tuple[np.ndarray, np.ndarray]:
+    """``e`` random edges among nodes ``[0, live)``; receivers start at ``first_receiver`` (sources only below)."""
+    return rng.integers(0, live, e), rng.integers(min(first_receiver, live - 1), live, e)
 
 
 def _structure(shape: Shape, flags: frozenset, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -117,7 +116,7 @@ def _structure(shape: Shape, flags: frozenset, rng) -> tuple[np.ndarray, np.ndar
     senders, receivers, start = [], [], 0
     for size, count in zip(sizes, edge_counts, strict=True):
         live = max(size - (2 if "isolated" in flags and size > 3 else 0), 1)
-        s, r = _edges_within(rng, size, count, live, 2 if "sources" in flags else 0)
+        s, r = _edges_within(rng, count, live, 2 if "sources" in flags else 0)
         senders.append(s + start)
         receivers.append(r + start)
         start += size
@@ -242,11 +241,6 @@ def _graph(sig: Signature, shape: Shape, flags: frozenset, rng, dtype, scale: fl
     return graph
 
 
-def _leaves_with_names(tree, prefix: str):
-    flat, _ = named_leaves(tree)
-    return [(prefix + name, leaf) for name, leaf in flat]
-
-
 def named_leaves(tree):
     """(dotted name, leaf) pairs of a pytree of numpy arrays, and its treedef."""
     with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
@@ -282,7 +276,7 @@ def build_inputs(sig: Signature, graph: GraphSpec, values: ValueSpec, dtype) -> 
             inputs["graph2"] = _graph(sig, other, frozenset(), rng, dtype, scale)
         elif extra[0] == "key":
             inputs["key"] = _key(extra[1], values.seed)
-    named = dict(_leaves_with_names(inputs, ""))
+    named = dict(named_leaves(inputs)[0])
     receivers_of = {"graph.edges": inputs["graph"].receivers}
     if "graph2" in inputs:
         receivers_of["graph2.edges"] = inputs["graph2"].receivers
