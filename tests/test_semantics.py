@@ -88,6 +88,32 @@ def test_attention_edge_cases_match_reference(backend, case, monkeypatch):
     assert _fused(jgnn.explain(compiled, g), "attention")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_tangent_overflows_where_the_reference_does(backend):
+    """(g) The attention tangent is the reference's term by term, ``(α·ds − α·T)·V + α·dV``: the shorter
+    ``α·(ds·(V − out) + dV)`` overflows to ±inf (and NaN after the sum) where the reference's is finite."""
+    g = jraph.GraphsTuple(nodes={"s": jnp.zeros((3,), jnp.float32), "v": jnp.array([[2e19], [-2e19], [0.0]])},
+                          edges=None, senders=jnp.array([0, 1], jnp.int32), receivers=jnp.array([2, 2], jnp.int32),
+                          n_node=jnp.array([3]), n_edge=jnp.array([2]), globals=None)
+
+    def phi(s, d, e):
+        return {"logit": s["s"], "v": s["v"]}
+
+    def rho(mb, node):
+        return jgnn.sum(jgnn.softmax(mb["logit"])[:, None] * mb["v"])
+
+    compiled, reference = _pair(phi, rho, backend=backend)
+    ds = jnp.full((3,), 1e20, jnp.float32)  # α·ds = 5e19 on both edges, T = 1e20: dα = 0 exactly
+
+    def tangent(layer):
+        f = lambda s: layer(g._replace(nodes={**g.nodes, "s": s})).nodes
+        return jax.jvp(f, (g.nodes["s"],), (ds,))[1]
+
+    expected = tangent(reference)
+    assert np.isfinite(np.asarray(expected)).all()
+    assert_close(tangent(compiled), expected)
+
+
 # ---- max/min ties (split gradient) ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", BACKENDS)

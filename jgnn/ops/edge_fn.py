@@ -106,15 +106,7 @@ class Jvp(EdgeFn):
         return self.base.n_in + len(self.slots)
 
     def apply(self, rows, *, lanes=False):
-        primals, tangents = list(rows[:self.base.n_in]), rows[self.base.n_in:]
-
-        def at(*moving):
-            args = list(primals)
-            for k, x in zip(self.slots, moving, strict=True):
-                args[k] = x
-            return self.base.apply(args, lanes=lanes)
-
-        _, out = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
+        _, out = _jvp(self.base, rows[:self.base.n_in], self.slots, rows[self.base.n_in:], lanes)
         return list(out)
 
 
@@ -201,15 +193,8 @@ class ExtremumTangent(EdgeFn):
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
-        primals, tangents, hit, denom = rows[:n], rows[n:-2], rows[-2], rows[-1]
-
-        def at(*moving):
-            args = list(primals)
-            for k, x in zip(self.slots, moving, strict=True):
-                args[k] = x
-            return self.base.apply(args, lanes=lanes)
-
-        _, (dy,) = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
+        hit, denom = rows[-2], rows[-1]
+        _, (dy,) = _jvp(self.base, rows[:n], self.slots, rows[n:-2], lanes)
         hit = hit if hit.dtype == jnp.bool_ else hit != 0
         share = jnp.where(hit, 1.0 / jnp.where(hit, denom, 1.0), 0.0)
         return [(dy * share.astype(dy.dtype)).astype(dy.dtype)]
@@ -217,10 +202,12 @@ class ExtremumTangent(EdgeFn):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SoftmaxTangent(EdgeFn):
-    """The tangent of ``out_v = Σ_e softmax_v(s)_e · V_e`` (``base`` gives ``(s [B, H], V [B, H, ...])``):
-    ``Σ_e α_e (ds_e (V_e − out_v) + dV_e)`` with ``α_e = exp(s_e − m_v) / l_v``.
+    """The tangent of ``out_v = Σ_e softmax_v(s)_e · V_e`` (``base`` gives ``(s [B, H], V [B, H, ...])``), term by
+    term as the reference's: ``Σ_e dα_e V_e + α_e dV_e`` with ``dα_e = α_e ds_e − α_e T_v``, ``α_e = exp(s_e − m_v) /
+    l_v`` and ``T_v = Σ_e α_e ds_e`` (a `WeightTangent` sum). Reassociating (``α (ds (V − out) + dV)`` saves the
+    ``T`` pass) overflows and makes NaN where the reference does not.
 
-    Operands: ``base``'s, tangents for ``slots``, then the row's ``m``, ``l`` and ``out``.
+    Operands: ``base``'s, tangents for ``slots``, then the row's ``m``, ``l`` and ``T``.
     """
 
     base: EdgeFn
@@ -232,44 +219,49 @@ class SoftmaxTangent(EdgeFn):
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
-        primals, tangents, m, l, out = rows[:n], rows[n:-3], rows[-3], rows[-2], rows[-1]
-
-        def at(*moving):
-            args = list(primals)
-            for k, x in zip(self.slots, moving, strict=True):
-                args[k] = x
-            return self.base.apply(args, lanes=lanes)
-
-        (s, v), (ds, dv) = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
+        primals, tangents, m, l, total = rows[:n], rows[n:-3], rows[-3], rows[-2], rows[-1]
+        (s, v), (ds, dv) = _jvp(self.base, primals, self.slots, tangents, lanes)
         alpha = softmax_weight(s, m, l)
-        msg = _trail(ds, v) * (v - out) + dv
-        return [(_trail(alpha, v) * msg).astype(v.dtype)]
+        d_alpha = alpha * ds - alpha * total
+        return [(_trail(d_alpha, v) * v + _trail(alpha, v) * dv).astype(v.dtype)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class NormTangent(EdgeFn):
-    """The tangent of a softmax normaliser ``l_v = Σ_e exp(s_e − m_v)``, with the max ``m`` held fixed (the
-    softmax does not depend on it): ``exp(s_e − m_v) · ds_e``. Operands: ``base``'s, tangents, then ``m``."""
+class WeightTangent(EdgeFn):
+    """Per edge, the scores' tangent weighted for a softmax with the max ``m`` held fixed (the softmax does not
+    depend on it): ``α_e ds_e = exp(s_e − m_v) / l_v · ds_e`` (``normalized``; summed, the ``T`` of
+    `SoftmaxTangent`), or ``exp(s_e − m_v) · ds_e`` (summed, the normaliser's tangent ``dl_v``).
+
+    Operands: ``base``'s (``base`` gives the scores), tangents for ``slots``, then ``m`` (and ``l`` if normalized).
+    """
 
     base: EdgeFn
     slots: tuple[int, ...]
+    normalized: bool
 
     @property
     def n_in(self) -> int:
-        return self.base.n_in + len(self.slots) + 1
+        return self.base.n_in + len(self.slots) + 1 + self.normalized
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
-        primals, tangents, m = rows[:n], rows[n:-1], rows[-1]
+        stats = rows[n + len(self.slots):]
+        primals, tangents = rows[:n], rows[n:n + len(self.slots)]
+        (s,), (ds,) = _jvp(self.base, primals, self.slots, tangents, lanes)
+        weight = softmax_weight(s, *stats) if self.normalized else jnp.exp(s - stats[0])
+        return [weight * ds]
 
-        def at(*moving):
-            args = list(primals)
-            for k, x in zip(self.slots, moving, strict=True):
-                args[k] = x
-            return self.base.apply(args, lanes=lanes)[0]
 
-        s, ds = jax.jvp(at, tuple(primals[k] for k in self.slots), tuple(tangents))
-        return [jnp.exp(s - m) * ds]
+def _jvp(base: EdgeFn, primals, slots, tangents, lanes):
+    """``jax.jvp`` of ``base.apply`` in the operands at ``slots`` (the others held at ``primals``)."""
+
+    def at(*moving):
+        args = list(primals)
+        for k, x in zip(slots, moving, strict=True):
+            args[k] = x
+        return base.apply(args, lanes=lanes)
+
+    return jax.jvp(at, tuple(primals[k] for k in slots), tuple(tangents))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

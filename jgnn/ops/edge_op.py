@@ -315,11 +315,13 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
             return with_hits, tangents_out + [compat.zero_tangent(h) for h in with_hits[k:]]
         return best, tangents_out
     out, m, l = outs  # SOFTMAX: m is a shift the weights do not depend on, so it is held fixed
-    m_saved, l_saved, out_saved = (checkpoint_name(x, STATS_NAME) for x in (jax.lax.stop_gradient(m), l, out))
+    m_saved, l_saved = (checkpoint_name(x, STATS_NAME) for x in (jax.lax.stop_gradient(m), l))
     stats = (m_saved,)
-    d_out = bind(ef.SoftmaxTangent(spec.fn, slots), (row, row, row), stats + (l_saved, out_saved),
+    scores = _scores_only(spec.fn)
+    total = bind(ef.WeightTangent(scores, slots, normalized=True), (row, row), stats + (l_saved,),
                  reduce=Reduce.SUM)[0]
-    d_l = bind(ef.NormTangent(_scores_only(spec.fn), slots), (row,), stats, reduce=Reduce.SUM)[0]
+    d_out = bind(ef.SoftmaxTangent(spec.fn, slots), (row, row, row), stats + (l_saved, total), reduce=Reduce.SUM)[0]
+    d_l = bind(ef.WeightTangent(scores, slots, normalized=False), (row,), stats, reduce=Reduce.SUM)[0]
     return outs, [d_out, zeros[1], d_l.astype(l.dtype)]
 
 

@@ -280,7 +280,10 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
 
     region = spec.fn
     heads = _heads(msgs[0])
-    traced = [tuple(v.shape) if w else tuple(v.shape[1:]) for v, w in zip(region.inputs, region.whole, strict=True)]
+    # A shared operand traced with a leading unit axis (vmap's broadcast of an unbatched value) takes its tile's
+    # row axis there, as a row operand does.
+    traced = [tuple(v.shape) if w and (not v.ndim or v.shape[0] != 1) else tuple(v.shape[1:])
+              for v, w in zip(region.inputs, region.whole, strict=True)]
 
     def per_head(k):
         """The operand as the kernel takes it: ``[rows, H]`` or ``[rows, H, Dk]`` (a scalar per row broadcast)."""

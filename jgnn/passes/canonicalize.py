@@ -59,7 +59,8 @@ def _unwrapped(ids: ir.Atom, n: int, made_by) -> tuple[ir.Atom, bool]:
 
 
 def _literal(atom: ir.Atom, value) -> bool:
-    return isinstance(atom, ir.Const) and np.ndim(atom.value) == 0 and float(np.asarray(atom.value)) == value
+    # complex literals compare as complex numbers: float() of one raises
+    return isinstance(atom, ir.Const) and np.ndim(atom.value) == 0 and np.asarray(atom.value).item() == value
 
 
 def _expanded_literal(atom: ir.Atom, made_by, value) -> bool:

@@ -121,6 +121,8 @@ def show(ref, got):
     for part in ref:
         refs, _ = jax.tree_util.tree_flatten_with_path(ref[part])
         for (path, r), g in zip(refs, jax.tree_util.tree_leaves(got[part])):
+            if np.asarray(r).dtype == jax.dtypes.float0:  # tangents of integer outputs
+                continue
             r, g = np.asarray(r).astype(np.complex128), np.asarray(g).astype(np.complex128)
             nan = int((np.isnan(r) != np.isnan(g)).sum())
             inf = int((np.isinf(r) != np.isinf(g)).sum())
