@@ -254,8 +254,9 @@ def run(*args, spec: eo.EdgeSpec) -> list:
         (y,) = spec.fn.apply(place(col, row, edge, shared), lanes=True)
         return y
 
-    flat = lambda k: jnp.reshape(operands[k], (1, -1) if spec.groups[k] == Group.SHARED else
-                                 (operands[k].shape[0], -1))
+    # Explicit widths: a -1 is ambiguous on zero rows (a graph with no edges).
+    flat = lambda k: jnp.reshape(operands[k], (1, operands[k].size) if spec.groups[k] == Group.SHARED else
+                                 (operands[k].shape[0], math.prod(operands[k].shape[1:])))
     pick = lambda g: tuple(flat(k).astype(jnp.int32) if operands[k].dtype == jnp.bool_ else flat(k)
                            for k in slots[g])
     col, row, edge, shared = pick(col_group), pick(row_group), pick(Group.EDGE), pick(Group.SHARED)

@@ -54,6 +54,16 @@ def cse(program: ir.Program, ctx: Context) -> ir.Program:
     return b.finish()
 
 
+def _evaluate(op: ir.Op) -> np.ndarray | None:
+    """``op`` on its literal inputs now, or None where JAX cannot evaluate it here: inside ``shard_map`` a
+    primitive casts even literals to vary over the mesh axes, which needs the mapped trace."""
+    try:
+        with jax.ensure_compile_time_eval():  # plans are built inside the caller's trace
+            return np.asarray(op.run(*(a.value for a in op.inputs))[0])
+    except ValueError:
+        return None
+
+
 def fold(program: ir.Program, ctx: Context) -> ir.Program:
     """Evaluate ops on literal scalars now (the index arithmetic JAX writes around ``W[t]``: ``0 < 0``,
     ``0 + n``) and use their values as literals."""
@@ -64,8 +74,10 @@ def fold(program: ir.Program, ctx: Context) -> ir.Program:
         if (op.inputs and all(isinstance(a, ir.Const) for a in op.inputs) and len(op.outputs) == 1
                 and op.outputs[0].ndim == 0 and not op.effects and not op.prim.multiple_results
                 and op.prim not in (compat.CUSTOM_JVP, compat.CUSTOM_VJP)):
-            with jax.ensure_compile_time_eval():  # plans are built inside the caller's trace
-                value = np.asarray(op.run(*(a.value for a in op.inputs))[0])
+            value = _evaluate(op)
+            if value is None:
+                b.emit(op)
+                continue
             b.alias(op.outputs[0], ir.Const(value))
             folded += 1
             continue

@@ -268,18 +268,20 @@ def _row_max(x: np.ndarray, where: np.ndarray) -> np.ndarray:
     return _rows(np.where(where, x, 0)).max(1, initial=0)
 
 
-NONFINITE = (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf))
-NONFINITE_DERIVATIVE = (("non-finite", lambda x: ~np.isfinite(x)),)
+# How NaN/±inf positions must agree (`tolerances`): exactly (forward values), as non-finite positions (derivatives:
+# NaN and ±inf may swap), or not at all (a forward-mode reference gradient: `FORWARD_MODE_GRAD_FLAGS`).
+NONFINITE = {"exact": (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)),
+             "positions": (("non-finite", lambda x: ~np.isfinite(x)),),
+             "finite_only": ()}
 
 
-def compare_leaf(ref, got, dtype: str, oracle_leaf, derivative: bool = False,
+def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
                  floor: float = 0.0) -> tuple[str, str] | None:
     """None if ``got`` matches ``ref`` (see `tolerances`); else (kind, detail).
 
     ``oracle_leaf()`` gives the float64 oracle of this leaf; it is asked for only when ``got`` is not within
-    plain rounding of the reference, since agreeing with the reference is always a pass. For a ``derivative``
-    (gradient or tangent) the non-finite positions must match but NaN and ±inf may swap (`tolerances`).
-    ``floor``: the least scale of a row (`tolerances.part_scale`).
+    plain rounding of the reference, since agreeing with the reference is always a pass. ``nonfinite``: a key
+    of `NONFINITE`. ``floor``: the least scale of a row (`compare_trees`).
     """
     ref, got = np.asarray(ref), np.asarray(got)
     if ref.shape != got.shape or ref.dtype != got.dtype:
@@ -290,8 +292,7 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, derivative: bool = False,
         bad = tuple(np.argwhere(ref != got)[0])
         return "value", f"integer mismatch at {bad}: {got[bad]} vs reference {ref[bad]}"
     r, b = _as_real(ref), _as_real(got)
-    tests = NONFINITE_DERIVATIVE if derivative else NONFINITE
-    for name, test in tests:
+    for name, test in NONFINITE[nonfinite]:
         diff = test(r) != test(b)
         if diff.any():
             at = tuple(np.argwhere(diff)[0])
@@ -317,18 +318,19 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, derivative: bool = False,
                      f"{_rows(b)[row, col]:.6g}, reference {_rows(r)[row, col]:.6g}, oracle {_rows(o)[row, col]:.6g}")
 
 
-def compare_trees(ref, got, dtype: str, oracle_tree, derivative: bool = False,
-                  part_scale: bool = False) -> tuple[str, str, str] | None:
+def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
+                  part_fraction: float = 0.0) -> tuple[str, str, str] | None:
     """The first mismatching leaf: (kind, leaf path, detail), or None. ``oracle_tree()`` is lazy.
 
-    ``part_scale``: every row's scale is at least the largest finite |value| in the whole tree.
+    ``part_fraction``: every row's scale is at least this fraction of the largest finite |value| in the whole
+    tree (`tolerances.part_fraction`).
     """
     paths, treedef = jax.tree_util.tree_flatten_with_path(ref)
-    floor = max((float(np.abs(_as_real(x))[np.isfinite(_as_real(x))].max(initial=0)) for _, x in paths
-                 if is_float(np.asarray(x))), default=0.0) if part_scale else 0.0
+    floor = part_fraction * max((float(np.abs(_as_real(x))[np.isfinite(_as_real(x))].max(initial=0))
+                                 for _, x in paths if is_float(np.asarray(x))), default=0.0)
     got_leaves = treedef.flatten_up_to(got)
     for i, ((path, r), g) in enumerate(zip(paths, got_leaves, strict=True)):
-        res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i], derivative, floor)
+        res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i], nonfinite, floor)
         if res:
             return res[0], jax.tree_util.keystr(path), res[1]
     return None
@@ -357,7 +359,8 @@ DERIVATIVES = frozenset({"grad", "jvp"})
 # Graphs whose ids leave [0, n): jnp indexing clamps such a read (x[ids] is a PROMISE_IN_BOUNDS gather), but
 # JAX's reverse mode drops its cotangent (the scatter that transposes it drops out-of-range rows), so the
 # reference's `jax.vjp` disagrees with its own `jax.jvp` and with finite differences. jgnn's gradients are the
-# derivative of the forward pass; for these graphs the reference gradient is ``ctᵀ J`` by forward mode.
+# derivative of the forward pass; for these graphs the reference gradient is ``ctᵀ J`` by forward mode. A Jacobian
+# has NaN where reverse mode never forms a product (inf · 0 inside ``J``), so only finite positions are compared.
 FORWARD_MODE_GRAD_FLAGS = frozenset({"out_of_range"})
 PART_OF_MODE = {"vjp": "grad", "jvp": "jvp", "forward": "forward", "vmap": "vmap", "shard_map": "shard_map"}
 
@@ -437,8 +440,11 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
     for part, value in got.items():
         if part in ref:
             derivative = part in DERIVATIVES
-            res = compare_trees(ref[part], value, case.dtype, lambda part=part: oracle.part(part), derivative,
-                                part_scale=derivative and tolerances.part_scale(case.dtype, case.values.magnitude))
+            nonfinite = ("exact" if not derivative else "finite_only" if part == "grad" and oracle.grad_by_jvp
+                         else "positions")
+            fraction = tolerances.part_fraction(case.dtype, case.values.magnitude) if derivative else 0.0
+            res = compare_trees(ref[part], value, case.dtype, lambda part=part: oracle.part(part), nonfinite,
+                                fraction)
             if res is not None:
                 kind, where, detail = res
                 failures.append(Failure(case, backend, part, kind, detail, where))

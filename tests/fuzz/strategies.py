@@ -259,9 +259,8 @@ SEGMENT_REDUCE = {  # whole-graph reduction of m [E, k] over receivers -> [N, k]
     "segment_max": "jraph.segment_max(m, r, n)",
     "segment_min_or_constant": "jraph.segment_min_or_constant(m, r, n)",
     "segment_softmax": "jax.ops.segment_sum(m * jraph.segment_softmax(jnp.sum(m * {A}, -1), r, n)[:, None], r, n)",
-    # times m: a bare sum of z-scores cancels to rounding noise; eps=1: a one-edge segment has variance 0, and
-    # rsqrt(1e-8) would scale rounding noise by 1e4
-    "segment_normalize": "jax.ops.segment_sum(jraph.segment_normalize(m, r, n, eps=1.0) * m, r, n)",
+    # No segment_normalize: its z-scores (m − mean) cancel, so any two summation orders differ by more than the
+    # output's own scale (tests/jraph_programs.py checks it on well-conditioned data).
     "degree_mean": "jax.ops.segment_sum(m, r, n) / jnp.maximum(jax.ops.segment_sum(jnp.ones_like(m[:, :1]), r, n), 1)",
     "relation_mean": "_relation_mean(m, r, graph.edges['type'], n)",
 }

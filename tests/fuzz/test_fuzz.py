@@ -23,6 +23,8 @@ MIN_CASES = int(os.environ.get("JGNN_FUZZ_MIN_CASES", "1000"))
 # JGNN_FUZZ_KEEP_GOING=1: check every case of the same derandomized run without stopping or shrinking, then
 # print the failures by class and the time taken (and still fail if there were any).
 KEEP_GOING = os.environ.get("JGNN_FUZZ_KEEP_GOING") == "1"
+# With KEEP_GOING, JGNN_FUZZ_DUMP=DIR also writes the (unshrunk) reproducer of each signature's first failure.
+DUMP = os.environ.get("JGNN_FUZZ_DUMP")
 
 
 @functools.cache
@@ -53,7 +55,16 @@ def test_backends_match_reference():
         counted["cases"] += result.cases
         counted["batches"] += 1
         if KEEP_GOING:
-            seen.update({(classify.classify(f)[0],) + f.signature() for f in result.failures})
+            first = {}
+            for f in result.failures:
+                first.setdefault((classify.classify(f)[0],) + f.signature(), f)
+            for sig, f in first.items():
+                if DUMP and sig not in seen:
+                    os.makedirs(DUMP, exist_ok=True)
+                    name = "_".join(str(x) for x in sig if x).replace("/", ".").replace(":", ".")
+                    with open(os.path.join(DUMP, f"{counted['batches']:03d}_{name}.py"), "w") as fh:
+                        fh.write(reproducer.reproducer(f))
+                seen[sig] += 1
         elif result.failures:
             target[:] = [checker.Target.of(result.failures[0])]
             raise_failure(result.failures[0])

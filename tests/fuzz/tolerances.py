@@ -56,15 +56,15 @@ ORACLE_DTYPE = {"float32": "float64", "bfloat16": "float64", "float16": "float64
                 "complex64": "complex128", "complex128": "complex128"}
 
 
-def part_scale(dtype: str, magnitude: str) -> bool:
-    """Whether a derivative row's scale is at least the largest |value| in the whole gradient (or tangent).
+def part_fraction(dtype: str, magnitude: str) -> float:
+    """A derivative row's scale is at least this fraction of the largest |value| in the whole gradient (tangent).
 
-    With inputs near sqrt(max), a reassociated sum absorbs small terms (2.5 + 1e154 − 1e154 = 0 where the
-    reference computes 2.5 + (1e154 − 1e154)); in bf16/f16 a gradient that is zero in exact arithmetic (a
-    softmax logit term that is constant over a neighbourhood) is rounding noise of terms as large as the other
-    rows. Either way a row's error is relative to the terms that passed through it, not to its own size.
+    A gradient that is zero in exact arithmetic (a softmax logit term that is constant over a neighbourhood) is
+    rounding noise of terms as large as the other rows: `LEAF_FRACTION` of them. With inputs near sqrt(max), a
+    reassociated sum absorbs small terms (2.5 + 1e154 − 1e154 = 0 where the reference computes 2.5 + (1e154 −
+    1e154)), and in bf16/f16 such noise is large: there a row's error is relative to the whole part.
     """
-    return magnitude == "huge" or dtype in ("float16", "bfloat16")
+    return 1.0 if magnitude == "huge" or dtype in ("float16", "bfloat16") else LEAF_FRACTION
 
 
 def _at_least_fraction(rows: np.ndarray) -> np.ndarray:
