@@ -1,8 +1,23 @@
-"""jgnn: a JAX functional compiler for graph neural networks.
+"""jgnn: a JAX compiler for graph neural networks.
 
-Write per-edge and per-node functions with `message_passing` (or plain jraph code), and jgnn infers where
-every value lives on the graph, rewrites the program (broadcast reordering, linear splitting, fusion into
-Pallas kernels, recomputation under ``grad``) and tells you why with `explain`.
+Write a layer as per-edge and per-node functions with `message_passing` (or bring plain jraph code to
+`compile`): jgnn infers where every value lives on the graph, rewrites the program (broadcast reordering,
+linear splitting, fusion of gather→compute→reduce chains into one op, lowered to XLA or Pallas kernels,
+recomputation under ``grad``) and tells you what it did, and why, with `explain`.
+
+Graphs are `jraph.GraphsTuple`s: ``nodes`` leaves ``[N, ...]``, ``edges`` leaves ``[E, ...]``, int32
+``senders``/``receivers`` ``[E]``, ``n_node``/``n_edge`` ``[G]``; typed graphs add int32 ``nodes["type"]``
+``[N]`` and ``edges["type"]`` ``[E]``.
+
+* `message_passing(phi, rho, psi, backend=, remat=)`: a layer ``graph -> graph`` from per-edge ``phi``,
+  per-node ``rho`` (mailbox reductions `sum`, `mean`, `max`, `min`, `softmax`) and ``psi``.
+* `compile(fn, backend=, remat=, buckets=)`: any function of GraphsTuples, compiled; `BACKENDS` lists the
+  backends.
+* `explain(fn, *args)`: a `Report` of residencies, rewrites (`Pass`, `Reason` codes), kernels and fallbacks.
+* `validate(graph)`: check a graph's indices, dtypes and shapes, with errors naming the field.
+* `GraphLayout.from_graph(graph)`: sorted CSRs built once on the host, passed as ``layer(graph, layout=...)``.
+* `nn`: Flax layers (``GCNConv``, ``GATConv``, ... ``HGTConv``, readouts, pooling) mirroring PyG's.
+* `datasets`: loaders (Planetoid, TU, RDF entities, knowledge graphs, OGB), generators and converters.
 """
 
 from jgnn import datasets, nn, ops

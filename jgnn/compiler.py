@@ -284,10 +284,12 @@ def _evaluate(program: ir.Program, names: dict, policy, *flat):
 
 
 class Compiled:
-    """A function of GraphsTuples compiled by jgnn; call it like the original.
+    """A function of GraphsTuples compiled by jgnn (made by `jgnn.compile`); call it like the original.
 
-    Extra keyword ``layout=``: a `jgnn.layout.GraphLayout` of the first graph argument (or a dict
+    Extra keyword ``layout=``: a `jgnn.GraphLayout` of the first graph argument (or a dict
     ``{graph argument index: layout}``), so fused ops skip sorting the edges inside the program.
+    ``explain(*args)`` returns the `jgnn.Report` of the plan for those arguments, and ``stats`` counts this
+    function's plan-cache hits and misses.
     """
 
     def __init__(self, fn: Callable, *, backend: str = "auto", remat: Any = "auto", cache: PlanCache = PLANS,
@@ -359,26 +361,55 @@ class Compiled:
 def compile(fn: Callable, *, backend: str = "auto", remat: Any = "auto", buckets=None) -> Compiled:  # noqa: A001
     """Compile any function that takes GraphsTuples (and other pytrees); the result keeps its signature.
 
+    Every `jraph.GraphsTuple` argument (at any depth of the arguments) is recognised as a graph, and its leaves
+    by role: ``nodes`` leaves ``[N, ...]``, ``edges`` leaves ``[E, ...]``, int32 ``senders``/``receivers``
+    ``[E]``, ``n_node``/``n_edge`` ``[G]``, ``globals`` leaves ``[G, ...]``; on a typed graph, int32
+    ``nodes["type"]`` ``[N]`` and ``edges["type"]`` ``[E]``. Every other array argument, and every array ``fn``
+    closes over (weights), is shared by all rows. Non-array leaves are static: part of the plan's key.
+
     Args:
-      fn: a function of pytrees; its `jraph.GraphsTuple` arguments are recognised as graphs.
-      backend: ``"auto"`` (Pallas on a GPU, else XLA), ``"pallas"``, ``"pallas_interpret"`` (the Pallas kernels
-        in the interpreter, on CPU), ``"xla"`` or ``"reference"`` (the function itself, uncompiled).
-      remat: ``"auto"``, ``"edges"``, ``"none"`` or a ``jax.checkpoint`` policy (see `jgnn.remat`).
+      fn: a function of pytrees, for example a jraph model (``jraph.GraphConvolution(...)``) or a Flax
+        ``module.apply``. Its outputs may be any pytree.
+      backend: ``"auto"`` (``"pallas"`` when JAX's default backend is a GPU, else ``"xla"``); ``"xla"`` (the
+        optimised program, fused ops as XLA segment ops or edge blocks); ``"pallas"`` (fused ops as Pallas/Triton
+        kernels where they are lane-wise; needs a GPU); ``"pallas_interpret"`` (the same kernels in the Pallas
+        interpreter, on CPU); ``"reference"`` (``fn`` itself, uncompiled). Anything else raises ``ValueError``.
+      remat: what a training step keeps for the backward pass (`jgnn.remat`): ``"auto"`` (node-level values,
+        fused ops' per-node statistics, values per unique (source, edge type) pair and edge-level matmul
+        outputs; other edge values are recomputed), ``"edges"`` (as ``"auto"`` but edge-level matmul outputs
+        and pair values are recomputed too), ``"none"`` (no checkpoint: JAX keeps what it keeps) or a
+        ``jax.checkpoint`` policy over jgnn's value names.
       buckets: ``None``, ``"pow2"`` or a sequence of `jgnn.batching.Bucket`: graphs whose arrays are concrete are
         padded (``jraph.pad_with_graphs``) to the smallest bucket that holds them and the outputs cut back, so
-        varying batch sizes share a few plans and compilations (see `jgnn.compile_buckets`).
+        varying batch sizes share a few plans and compilations (see `jgnn.bucketing`). Under ``jit`` shapes are
+        fixed already and nothing is padded.
 
     Returns:
-      A `Compiled` callable with ``fn``'s signature, plus a ``layout=`` keyword.
+      A `Compiled` callable with ``fn``'s signature plus a ``layout=`` keyword: a `jgnn.GraphLayout` of the first
+      graph argument, or ``{graph argument index: GraphLayout}``. It works under ``jit``, ``grad``, ``jvp``,
+      ``vmap``, ``shard_map`` and ``checkpoint``. A plan is built per program structure (shapes, dtypes,
+      primitives; not the values of weights) and cached.
     """
     return Compiled(fn, backend=backend, remat=remat, buckets=buckets)
 
 
 def explain(fn: Callable, *args, **kwargs) -> Report:
-    """Analyse ``fn`` on ``args`` and report residency, rewrites, kernels and fallbacks (nothing is run).
+    """What jgnn does to ``fn`` on these arguments, as a `jgnn.Report` (a plan is built and cached; nothing runs).
 
-    ``fn`` may be a compiled function, a `jgnn.message_passing` layer, a Flax module (explained as
-    ``module.apply(variables, *rest)``) or any function of GraphsTuples.
+    Args:
+      fn: a `jgnn.message_passing` layer, a `Compiled` function (its backend and remat are used), a Flax module
+        (explained as ``module.apply(variables, *rest)``: pass ``variables`` first) or any function of
+        GraphsTuples (compiled with the defaults of `jgnn.compile`).
+      *args, **kwargs: the arguments ``fn`` is called with (graphs as in `jgnn.compile`); ``layout=`` as there.
+
+    Returns:
+      A `jgnn.Report` with, as data: ``equations`` (one `EquationRecord` per analysed op: ``primitive``,
+      ``movement``, ``out_residency``, ``shape``), ``decisions`` / ``rewrites`` (`Decision`: ``by`` a `jgnn.Pass`,
+      ``code`` a `jgnn.Reason`, ``applied``, ``params``), ``kernels`` (`KernelRecord`: ``op``, ``backend``,
+      ``lowering``, ``code``, ``params``), ``fallbacks`` (regions left as traced, with a reason code), ``remat``
+      and ``cache``; ``report.codes(by, applied=...)`` lists reason codes, ``summary()`` is one line and
+      ``str(report)`` renders everything. A model of `jgnn.nn` layers lists each layer's fused ops as kernels
+      with ``nested=True``: each layer was compiled on its own, so explain the layer to see its rewrites.
     """
     target = getattr(fn, "compiled", None) or fn
     try:

@@ -60,7 +60,11 @@ def default_psi(node, aggregate):
 
 @dataclasses.dataclass(frozen=True)
 class MessagePassing:
-    """A layer ``graph -> graph`` built from phi, rho and psi (see module docstring)."""
+    """A layer ``graph -> graph`` built from phi, rho and psi; make one with `jgnn.message_passing`.
+
+    Attributes are the arguments of `jgnn.message_passing`. The layer is immutable and keeps one `jgnn.Compiled`
+    (with its plan statistics) per instance.
+    """
 
     phi: Callable
     rho: Callable | None = None
@@ -112,6 +116,8 @@ class MessagePassing:
         return cache
 
     def __call__(self, graph: jraph.GraphsTuple, *, layout=None) -> jraph.GraphsTuple:
+        """Run the layer: ``graph`` (nodes ``[N, ...]``, senders/receivers int32 ``[E]``) -> the graph with new
+        ``nodes`` (see `jgnn.message_passing`). ``layout``: a `jgnn.GraphLayout` of ``graph`` or ``None``."""
         graph_lib.validate(graph)
         if self.compiled.backend == "reference":
             return self.reference(graph)
@@ -120,5 +126,48 @@ class MessagePassing:
 
 def message_passing(phi: Callable, rho: Callable | None = None, psi: Callable | None = None, *,
                     backend: str = "auto", remat: Any = "auto") -> MessagePassing:
-    """Build a layer from per-edge ``phi``, per-node ``rho`` and ``psi`` (defaults: sum, identity)."""
+    """Build a GNN layer ``graph -> graph`` from a per-edge ``phi``, a per-node ``rho`` and a per-node ``psi``.
+
+    Each function is written for ONE edge or ONE node, and jgnn maps it over the graph. Below, a graph has ``N``
+    nodes, ``E`` edges and ``G`` graphs; ``graph.nodes`` is an array or pytree whose leaves are ``[N, ...]``, and
+    "the node's row" is that pytree with the leading axis indexed away (a leaf ``[N, F]`` is seen as ``[F]``).
+
+    Args:
+      phi: ``phi(src, dst, edge) -> message``. ``src``/``dst``: the rows of ``graph.nodes`` of the edge's sender
+        and receiver; ``edge``: its row of ``graph.edges`` (``None`` when the graph has no edge features). The
+        message is any pytree of arrays. Declare a fourth parameter, ``phi(src, dst, edge, globals)``, to also
+        receive the row of ``graph.globals`` (leaves ``[G, ...]``) of the edge's graph.
+      rho: ``rho(mailbox, node) -> aggregate``. ``mailbox``: the messages sent to the node, the message pytree
+        with each leaf ``[deg, ...]`` where ``deg`` is the node's in-degree (ragged: not a static number, and
+        possibly 0); ``node``: the node's row. Rows of the mailbox may be combined only with `jgnn.sum`,
+        `jgnn.mean`, `jgnn.max`, `jgnn.min` (``[deg, ...] -> [...]``; 0 for an empty mailbox) and `jgnn.softmax`
+        (``[deg, ...] -> [deg, ...]``, over the ``deg`` axis); element-wise ops and ops on the trailing axes
+        apply row by row. Anything else, including ``mailbox.shape[0]``, raises `jgnn.UnsupportedMailboxOp`.
+        ``None``: the sum of the messages, leaf by leaf.
+      psi: ``psi(node, aggregate) -> new_node``: the node's row and rho's result; returns the node's new row (any
+        pytree). Declare a third parameter, ``psi(node, aggregate, globals)``, to also receive its graph's row of
+        ``graph.globals``. ``None``: the aggregate itself.
+      backend: ``"auto"``, ``"xla"``, ``"pallas"``, ``"pallas_interpret"`` or ``"reference"`` (see
+        `jgnn.compile`). An unknown name raises ``ValueError`` here, not at the first call.
+      remat: what a training step keeps for the backward pass: ``"auto"``, ``"edges"``, ``"none"`` or a
+        ``jax.checkpoint`` policy (see `jgnn.compile`).
+
+    Returns:
+      A `MessagePassing` layer, called as ``layer(graph, *, layout=None) -> graph``. ``graph`` is a
+      `jraph.GraphsTuple` with int32 ``senders``/``receivers`` ``[E]`` and ``n_node``/``n_edge`` ``[G]``
+      (checked by `jgnn.validate`); ``layout`` is an optional `jgnn.GraphLayout` of that graph. The result is
+      the graph with ``nodes`` replaced by psi's rows stacked to ``[N, ...]`` leaves, every other field
+      unchanged; on a typed graph, ``nodes["type"]`` is carried over when psi returns a dict without it. The
+      layer works under ``jit``, ``grad``, ``jvp`` and ``vmap``. ``layer.reference(graph)`` runs the uncompiled
+      program, and ``jgnn.explain(layer, graph)`` says what the compiler did to it.
+
+    Example (a GCN-style mean of transformed neighbours; ``W`` ``[F, F']`` is an argument, so it can be traced)::
+
+        def mean_layer(W):
+            phi = lambda src, dst, edge: src @ W          # [F] -> [F']
+            rho = lambda mailbox, node: jgnn.mean(mailbox)  # [deg, F'] -> [F']
+            return jgnn.message_passing(phi, rho)
+
+        out = jax.jit(lambda W, g: mean_layer(W)(g))(W, graph)   # out.nodes: [N, F']
+    """
     return MessagePassing(phi, rho, psi, backend=backend, remat=remat)
