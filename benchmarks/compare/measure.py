@@ -1,0 +1,133 @@
+"""One case, measured: build every system's runner (first call timed), check that all first-step losses agree,
+then time interleaved rounds: every system inside each round, the order rotated from round to round, so slow
+drifts of the shared machine's load touch every system alike.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+import traceback
+
+from benchmarks.compare import pyg, systems
+from benchmarks.compare.cases import Case
+from benchmarks.compare.runner import Runner
+
+#: Relative tolerance of the first-step loss (f32; systems sum in different orders).
+LOSS_RTOL = 1e-4
+#: The loss every other system is compared with.
+LOSS_REFERENCE = "hand"
+
+
+def build_runner(system: str, case: Case, problem, params) -> Runner:
+    train = case.mode == "train"
+    if system.startswith("pyg"):
+        return pyg.build(case.model, problem, params, train=train, threads=int(system[3:]))
+    return systems.build(system, case.model, problem, params, train=train)
+
+
+def status_of(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"error: {type(exc).__name__}: {first}"
+
+
+def loss_errors(runners: dict[str, Runner], rtol: float = LOSS_RTOL) -> dict[str, float]:
+    """Each runner's first-step loss relative to `LOSS_REFERENCE`'s (or the first runner's)."""
+    if not runners:
+        return {}
+    ref = runners.get(LOSS_REFERENCE) or next(iter(runners.values()))
+    base = ref.info["losses"][0]
+    return {name: abs(r.info["losses"][0] - base) / max(abs(base), 1e-30) for name, r in runners.items()}
+
+
+def calls_per_round(seconds: float, target_s: float, cap: int = 25) -> int:
+    """Enough calls for a round to last about ``target_s`` (at least 1): short steps are timed several times and
+    the round keeps their median."""
+    return max(1, min(cap, math.ceil(target_s / max(seconds, 1e-6))))
+
+
+def interleave(runners: dict[str, Runner], rounds: int, calls: dict[str, int]) -> dict[str, list[float]]:
+    """Per runner, the median step time (ms) of each round. Round ``i`` starts at the ``i``-th runner."""
+    names = list(runners)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            r = runners[name]
+            r.enter()
+            times = []
+            for _ in range(calls[name]):
+                t0 = time.perf_counter()
+                r.call()
+                times.append((time.perf_counter() - t0) * 1e3)
+            out[name].append(statistics.median(times))
+    return out
+
+
+def measure_case(case: Case, *, rounds: int, target_s: float, rtol: float = LOSS_RTOL, log=print) -> list[dict]:
+    """Every system's row of ``case``. Never raises: a failing system gets ``status = "error: ..."``."""
+    load_before = os.getloadavg()
+    problem = case.load()
+    params = systems.initial_params(case.model, problem)
+    base = {"case": case.key, "model": case.model, "dataset": case.dataset, "mode": case.mode, "group": case.group,
+            "num_nodes": problem.num_nodes, "num_edges": problem.num_edges, "source": problem.source}
+    rows: dict[str, dict] = {}
+    runners: dict[str, Runner] = {}
+    for system in case.systems:
+        rows[system] = {**base, "system": system, "status": "ok"}
+        try:
+            runners[system] = build_runner(system, case, problem, params)
+            rows[system].update(runners[system].info)
+            log(f"  {case.key} {system}: first call {runners[system].info['first_call_s']:.2f}s, "
+                f"loss {runners[system].info['losses'][0]:.6g}")
+        except Exception as e:  # noqa: BLE001 - one failing system never stops the others
+            rows[system]["status"] = status_of(e)
+            rows[system]["traceback"] = traceback.format_exc(limit=8)
+            log(f"  {case.key} {system}: {rows[system]['status']}")
+    for name, err in loss_errors(runners, rtol).items():
+        rows[name]["loss_rel_error"] = err
+        if not err <= rtol:
+            rows[name]["status"] = f"error: first-step loss differs from {LOSS_REFERENCE}'s by {err:.2e} (> {rtol})"
+            runners.pop(name)
+    warm = {}
+    for name, r in runners.items():  # one untimed call each, also the estimate of a step's length
+        r.enter()
+        t0 = time.perf_counter()
+        r.call()
+        warm[name] = time.perf_counter() - t0
+    calls = {n: calls_per_round(t, target_s) for n, t in warm.items()}
+    times = interleave(runners, rounds, calls)
+    load_after = os.getloadavg()
+    for name, ts in times.items():
+        rows[name].update(time_ms=statistics.median(ts), time_min_ms=min(ts), time_max_ms=max(ts), round_ms=ts,
+                          calls_per_round=calls[name], rounds=rounds)
+    for row in rows.values():
+        row.update(load_before=load_before, load_after=load_after)
+    return list(rows.values())
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """jgnn's time and memory against the best peer (fastest / smallest other system), hand and PyG (its
+    better thread count), per case."""
+    by_case: dict[str, list[dict]] = {}
+    for r in rows:
+        by_case.setdefault(r["case"], []).append(r)
+    for rs in by_case.values():
+        ok = {r["system"]: r for r in rs if r["status"] == "ok" and r.get("time_ms")}
+        me = ok.get("jgnn")
+        if me is None:
+            continue
+        peers = {k: v for k, v in ok.items() if k != "jgnn"}
+        if not peers:
+            continue
+        best = min(peers, key=lambda k: peers[k]["time_ms"])
+        smallest = min(peers, key=lambda k: peers[k]["memory_bytes"])
+        me.update(best_peer=best, time_vs_best_peer=me["time_ms"] / peers[best]["time_ms"],
+                  smallest_peer=smallest, memory_vs_smallest_peer=me["memory_bytes"] / peers[smallest]["memory_bytes"])
+        if "hand" in peers:
+            me.update(time_vs_hand=me["time_ms"] / peers["hand"]["time_ms"],
+                      memory_vs_hand=me["memory_bytes"] / peers["hand"]["memory_bytes"],
+                      first_call_vs_hand=me["first_call_s"] / peers["hand"]["first_call_s"])
+        pygs = [v for k, v in peers.items() if k.startswith("pyg")]
+        if pygs:
+            me["time_vs_pyg"] = me["time_ms"] / min(v["time_ms"] for v in pygs)
