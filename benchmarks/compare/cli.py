@@ -134,7 +134,7 @@ def main(argv=None) -> int:
             "command": shlex.join(["python", "-m", "benchmarks.compare", *(sys.argv[1:] if argv is None else argv)]),
             "git_commit": _git_commit(), "versions": _versions(), "pyg_extensions": _pyg_extensions(),
             "cpu": _cpu(), "num_cpus": os.cpu_count(), "suite": args.suite, "rounds": args.rounds,
-            "target_s": args.target_s, "isolate": args.isolate, "loss_rtol": measure.LOSS_RTOL,
+            "target_s": args.target_s, "isolate": args.isolate, "rtol": measure.LOSS_RTOL,
             "train_step": "forward, mean cross-entropy over the training nodes, backward, Adam lr 0.01; f32",
             "memory_metric": "JAX: XLA's buffer assignment of the compiled step (arguments + outputs + temp − "
                              "donated; parameters and Adam state are donated); PyG: bytes of the tensors alive at "

@@ -61,7 +61,7 @@ def summary_table(rows: list[dict]) -> list[str]:
 
 def detail_table(rows: list[dict]) -> list[str]:
     lines = ["| case | system | status | min / median / max ms | calls × rounds | trace s | compile s | first run s "
-             "| prep s | memory MiB | temp MiB | memory metric | first-step loss | rel. diff vs hand | 2nd-step loss |",
+             "| prep s | memory MiB | temp MiB | memory metric | first-step loss | 2nd-step loss | rel. diff vs hand |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v, fmt="{:.2f}": "" if v is None else fmt.format(v)
     for r in rows:
@@ -73,8 +73,9 @@ def detail_table(rows: list[dict]) -> list[str]:
             f"| {f(r.get('compile_s'))} | {f(r.get('first_run_s'), '{:.3f}')} | {f(r.get('prep_s'))} "
             f"| {f(None if r.get('memory_bytes') is None else r['memory_bytes'] / 2**20, '{:.1f}')} "
             f"| {f(None if r.get('temp_bytes') is None else r['temp_bytes'] / 2**20, '{:.1f}')} "
-            f"| {r.get('memory_metric', '')} | {f(losses[0], '{:.7g}')} | {f(r.get('loss_rel_error'), '{:.1e}')} "
-            f"| {f(losses[1] if len(losses) > 1 else None, '{:.7g}')} |")
+            f"| {r.get('memory_metric', '')} | {f(losses[0], '{:.7g}')} "
+            f"| {f(losses[1] if len(losses) > 1 else None, '{:.7g}')} "
+            f"| {', '.join(f'{k} {v:.1e}' for k, v in (r.get('rel_error') or {}).items())} |")
     return lines
 
 
@@ -86,13 +87,14 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         f"- command: `{meta['command']}`",
         f"- git commit `{meta['git_commit']}`; {meta['cpu']} ({meta['num_cpus']} cores); "
         f"jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax {v['optax']}, jraph {v['jraph']}, "
-        f"torch {v['torch']}, torch_geometric {v['torch_geometric']} (pyg-lib, torch-scatter, torch-sparse: "
-        f"{meta['pyg_extensions']})",
+        f"torch {v['torch']}, torch_geometric {v['torch_geometric']} ({meta['pyg_extensions']})",
         f"- `uptime` before: {meta['uptime_before']}; after: {meta['uptime_after']}",
         f"- method: one full-batch step per call ({meta['train_step']}); every system starts from the same weights "
-        f"and its first-step loss must agree with hand's within a relative {meta['loss_rtol']:g} (else the row is an "
-        f"error); {meta['rounds']} interleaved rounds, all systems in each round, the order rotated by one each "
-        f"round; each round times enough calls to last about {meta['target_s']} s and keeps their median; the table "
+        f"and its results must agree with hand's (relative differences at most: first-step loss "
+        f"{meta['rtol']['first']:g}, second-step loss {meta['rtol']['second']:g}, inference logits "
+        f"{meta['rtol']['logits']:g}; else the row is an error); {meta['rounds']} interleaved rounds, all systems in "
+        f"each round, the order rotated by one each round; each round times enough calls to last about "
+        f"{meta['target_s']} s and keeps their median; the table "
         f"gives the median over rounds (min and max below). Every case runs in its own process"
         f"{'' if meta['isolate'] else ' (not here: --no-isolate)'}.",
         "- first call: trace and lower (jgnn's rewrites happen here) + XLA compile + the first step; PyG: its first "

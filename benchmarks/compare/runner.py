@@ -49,7 +49,7 @@ def jax_runner(system: str, forward: Callable, params, consts: tuple, labels, in
 
     ``info``: ``trace_s`` (tracing and lowering, where jgnn rewrites), ``compile_s`` (XLA), ``first_run_s``,
     the XLA memory figures and ``losses`` (the first two steps' loss; inference: the cross-entropy of its
-    logits, computed on the host)."""
+    logits, computed on the host, and the ``logits`` themselves)."""
     labels, index = jax.device_put(labels), jax.device_put(index)
     opt = optax.adam(LEARNING_RATE)
     if train:
@@ -77,11 +77,11 @@ def jax_runner(system: str, forward: Callable, params, consts: tuple, labels, in
 
     losses.append(call() if train else None)
     t3 = time.perf_counter()
-    if not train:
-        logits = np.asarray(compiled(*state, *consts))
-        losses = [float(cross_entropy(logits, np.asarray(labels), np.asarray(index)))]
-    else:
-        losses.append(call())
     info = {"trace_s": t1 - t0, "compile_s": t2 - t1, "first_run_s": t3 - t2, "first_call_s": t3 - t0,
-            "losses": losses, **xla_memory(compiled)}
-    return Runner(system, call, info=info)
+            **xla_memory(compiled)}
+    if train:
+        losses.append(call())
+    else:
+        info["logits"] = np.asarray(compiled(*state, *consts))
+        losses = [float(cross_entropy(info["logits"], np.asarray(labels), np.asarray(index)))]
+    return Runner(system, call, info=info | {"losses": losses})
