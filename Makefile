@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: venv test demo lint bench-quick gpu-check
+.PHONY: venv test demo lint bench-quick gpu-check fuzz
 venv: $(STAMP)
 
 lint: $(STAMP)
@@ -23,6 +23,12 @@ test: lint
 
 demo: $(STAMP)
 	$(BIN)/python examples/train.py --model gat --dataset cora
+
+# A long randomized differential fuzzing campaign: counts failures by class, shrinks one of each, and writes
+# reproducers and a summary to out/fuzz/ (see tests/fuzz/campaign.py). `make fuzz N=20000 SEED=1`.
+N ?= 20000
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.campaign --cases $(N) $(if $(SEED),--seed $(SEED))
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.run --suite all --quick --device cpu --out benchmarks/results/quick-cpu.json

@@ -62,6 +62,7 @@ class Reason(enum.StrEnum):
     UNSUPPORTED_DIMENSION_NUMBERS = "unsupported_dimension_numbers"
     # cleanup
     MERGED_DUPLICATES = "merged_duplicates"
+    FOLDED_CONSTANTS = "folded_constants"
     REMOVED_DEAD = "removed_dead"
     # fusion
     FUSED_REDUCE = "fused_reduce"
@@ -130,6 +131,7 @@ MESSAGES: dict[Reason, str] = {
     Reason.UNSUPPORTED_DIMENSION_NUMBERS: "dot_general with a typed weight in a layout the grouped matmul does "
                                           "not cover",
     Reason.MERGED_DUPLICATES: "merged {count} duplicate ops",
+    Reason.FOLDED_CONSTANTS: "evaluated {count} ops on literal scalars at compile time",
     Reason.REMOVED_DEAD: "removed {count} dead ops",
     Reason.FUSED_REDUCE: "gather→{ops} edge ops→segment {reduce} over {edges} edges in one op; the {shape} "
                          "messages are never stored",

@@ -1,16 +1,17 @@
 """The only memory-access patterns the kernels use, each with an interpret branch and a Triton branch.
 
-All indexing is "pointer style": every dimension is indexed by an int32 array (an ``iota`` for the
-feature dimensions), the arrays broadcast together, and a boolean mask guards out-of-range lanes.
-Mixing an index *vector* with a *slice* is avoided on purpose: the interpret-mode discharge of a masked
-load/store rejects it (``NotImplementedError`` in ``jax._src.pallas.primitives``).
+A port to another Pallas backend (Mosaic GPU) replaces these helpers one by one; nothing else in the package
+touches a ref. All indexing is "pointer style": every dimension is indexed by an int32 array (an ``iota`` for
+the trailing dimensions), the arrays broadcast together, and a boolean mask guards out-of-range lanes. Mixing
+an index *vector* with a *slice* is avoided on purpose: the interpret-mode discharge of a masked load/store
+rejects it (``NotImplementedError`` in ``jax._src.pallas.primitives``).
 
-* Triton branch: ``plgpu.load/store`` with ``mask``/``other``: masked lanes never touch memory, so
-  out-of-range indices under a False mask are harmless.
-* Interpret branch: indices are clamped into range for loads (then ``where``), and for stores masked
-  lanes are redirected to an out-of-bounds index, which the discharged scatter drops. (The stock
-  discharge of a masked store re-writes the old value for masked lanes, which races with a real write
-  when a masked lane aliases a live index.)
+* Loads clamp every index into the ref's bounds on both paths, so an out-of-range id (a sender id past the
+  node count) reads the nearest row, as ``x[ids]`` does under ``jit``, and never an illegal address.
+  ``plgpu.load`` with ``mask``/``other`` never touches memory for masked lanes.
+* Stores: on Triton masked lanes never touch memory. In interpret mode masked lanes are redirected to an
+  out-of-bounds index, which the discharged scatter drops (the stock discharge of a masked store re-writes the
+  old value for masked lanes, which races with a real write when a masked lane aliases a live index).
 """
 from __future__ import annotations
 
@@ -29,23 +30,15 @@ def _broadcast_index(index: Sequence[jax.Array], mask: jax.Array | None) -> tupl
 
 
 def masked_load(ref, index: Sequence[jax.Array], mask: jax.Array | None, other=0, *, interpret: bool):
-    """``where(mask, ref[index], other)`` with ``index`` a tuple of broadcastable int32 arrays.
-
-    Returns an array of the broadcast index shape in ``ref``'s dtype. Lanes with ``mask == False`` may
-    hold any (even out-of-range) index.
-    """
-    if not interpret:
-        index = tuple(jnp.asarray(i, jnp.int32) for i in index)
-        if mask is not None:
-            index, shape = _broadcast_index(index, mask)
-            mask = jnp.broadcast_to(mask, shape)
-        return compat.triton_load(ref, tuple(index), mask, other if mask is not None else None)
+    """``where(mask, ref[clamp(index)], other)`` with ``index`` a tuple of broadcastable int32 arrays."""
     index, shape = _broadcast_index(index, mask)
-    clamped = tuple(jnp.clip(i, 0, d - 1) for i, d in zip(index, ref.shape, strict=True))
-    value = ref[clamped]
-    if mask is None:
-        return value
-    return jnp.where(jnp.broadcast_to(mask, shape), value, jnp.asarray(other, value.dtype))
+    index = tuple(jnp.clip(i, 0, max(d - 1, 0)) for i, d in zip(index, ref.shape, strict=True))
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, shape)
+    if not interpret:
+        return compat.triton_load(ref, index, mask, other if mask is not None else None)
+    value = ref[index]
+    return value if mask is None else jnp.where(mask, value, jnp.asarray(other, value.dtype))
 
 
 def masked_store(ref, index: Sequence[jax.Array], value: jax.Array, mask: jax.Array | None, *, interpret: bool):
@@ -68,45 +61,47 @@ def load_scalar(ref, i, *, interpret: bool) -> jax.Array:
     return ref[i]
 
 
-def gather_block(ref, rows: jax.Array, row_mask: jax.Array, padded: Sequence[int], *, interpret: bool,
-                 other=0) -> jax.Array:
-    """Rows ``ref[rows[b], :w1, :w2, ...]`` zero-padded to ``[B, *padded]``.
+def load_vector(ref, idx: jax.Array, mask: jax.Array, other=0, *, interpret: bool) -> jax.Array:
+    """``where(mask, ref[idx], other)`` for a 1-D ref and an int32 index vector."""
+    return masked_load(ref, (idx,), mask, other, interpret=interpret)
 
-    ``ref`` is ``[N, w1, ...]`` with ``w_k <= padded[k]`` (each ``padded[k]`` a power of two); ``rows`` is
-    int32[B]; rows with ``row_mask == False`` and padding lanes read as ``other``.
+
+def _tile_index(ref_trailing: Sequence[int], tile: Sequence[int], offset, rows: jax.Array, row_mask: jax.Array):
+    """Index arrays and mask of ``ref[rows, offset + iota(tile[0]), iota(tile[1]), ...]``.
+
+    The first trailing axis is the one split across programs: ``offset`` applies to it unless the ref has
+    size 1 there (a broadcast operand, read at 0).
     """
-    trailing = ref.shape[1:]
-    nd = len(trailing)
-    full_rank = 1 + nd
-    index = [rows.reshape((-1,) + (1,) * nd)]
-    mask = row_mask.reshape((-1,) + (1,) * nd)
-    for k, (w, p) in enumerate(zip(trailing, padded, strict=True)):
-        shape = [1] * full_rank
-        shape[k + 1] = p
-        lane = jax.lax.broadcasted_iota(jnp.int32, tuple(shape), k + 1)
-        index.append(lane)
-        if w != p:
-            mask = mask & (lane < w)
-    return masked_load(ref, tuple(index), mask, other, interpret=interpret)
-
-
-def scatter_block(ref, rows: jax.Array, row_mask: jax.Array, value: jax.Array, *, interpret: bool) -> None:
-    """``ref[rows[b], :w1, ...] = value[b, :w1, ...]`` for rows with ``row_mask``; ``value`` is padded."""
-    trailing = ref.shape[1:]
-    nd = len(trailing)
-    padded = value.shape[1:]
-    index = [rows.reshape((-1,) + (1,) * nd)]
-    mask = row_mask.reshape((-1,) + (1,) * nd)
-    for k, (w, p) in enumerate(zip(trailing, padded, strict=True)):
+    nd = len(tile)
+    index = [rows.reshape((rows.shape[0],) + (1,) * nd)]  # a no-op for a [B, 1] column and a 2-D tile
+    mask = row_mask.reshape((row_mask.shape[0],) + (1,) * nd)
+    for k, (w, p) in enumerate(zip(ref_trailing, tile, strict=True)):
         shape = [1] * (1 + nd)
         shape[k + 1] = p
         lane = jax.lax.broadcasted_iota(jnp.int32, tuple(shape), k + 1)
+        if k == 0 and w > 1:
+            lane = lane + offset
         index.append(lane)
-        if w != p:
+        if k == 0 and w > 1 or w != p:
             mask = mask & (lane < w)
-    masked_store(ref, tuple(index), value, mask, interpret=interpret)
+    return tuple(index), mask
 
 
-def load_vector(ref, idx: jax.Array, mask: jax.Array, other=0, *, interpret: bool) -> jax.Array:
-    """``where(mask, ref[idx], other)`` for a 1-D ref and int32 index vector."""
-    return masked_load(ref, (idx,), mask, other, interpret=interpret)
+def gather_tile(ref, rows: jax.Array, row_mask: jax.Array, tile: Sequence[int], offset=0, *, interpret: bool,
+                other=0) -> jax.Array:
+    """``[n, *tile]``: rows ``ref[rows[b]]`` cut to ``tile`` (padding and masked rows read as ``other``).
+
+    ``rows`` and ``row_mask`` are ``[n]`` or ``[n, 1]``.
+
+    ``ref`` is ``[N, w0, w1, ...]``; ``tile[0]`` lanes of axis ``w0`` start at ``offset`` (or ``tile[0] == 1``
+    when ``w0 == 1``); the other axes are zero-padded to ``tile[k] >= w_k``.
+    """
+    index, mask = _tile_index(ref.shape[1:], tile, offset, rows, row_mask)
+    return masked_load(ref, index, mask, other, interpret=interpret)
+
+
+def scatter_tile(ref, rows: jax.Array, row_mask: jax.Array, value: jax.Array, offset=0, *, interpret: bool) -> None:
+    """``ref[rows[b], offset + ...] = value[b]`` on real lanes of rows with ``row_mask`` (inverse of
+    :func:`gather_tile`)."""
+    index, mask = _tile_index(ref.shape[1:], value.shape[1:], offset, rows, row_mask)
+    masked_store(ref, index, value, mask, interpret=interpret)

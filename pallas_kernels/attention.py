@@ -1,236 +1,90 @@
-"""Edge-softmax attention aggregation (GAT / Transformer-conv / HGT style) with online softmax.
+"""Edge-softmax attention aggregation (GAT / Transformer-conv / HGT style) as one online-softmax walk.
 
-For every row ``v`` of the forward CSR and head ``h``::
+For every row ``r`` of the CSR and head ``h`` (``edge_fn`` returns a score and a value vector per slot)::
 
-    s[e, h]   = score_fn(src_rows, dst_rows, edge_rows)[e, h]          (logits, recomputed, never stored)
-    α[e, h]   = softmax over the row's slots e of s[:, h]
-    out[v,h,:] = Σ_e  α[e,h] · keep(seed, eid, h) / (1 - rate) · values[idx(e), h, :]
+    m = max_e s_e            (-inf for a row without slots)
+    p_e = exp(s_e - m),  l = Σ_e p_e
+    out = Σ_e (p_e / l) · κ_e · v_e,   κ_e = keep(seed, eid, h) / (1 - rate)   (1 without dropout)
 
-``idx(e)`` is the slot's source node (``value_index="src"``) or its edge id (``"edge"``, per-edge values
-as in HGT). Operands are ``[*, H]`` or ``[*, H, Dk]`` arrays (``src`` rows gathered by ``csr.col``,
-``dst`` read at the row, ``edge`` gathered by ``csr.eid``), zero-padded to powers of two, so
-``score_fn`` must be zero-padding-safe (dot products over Dk, elementwise over heads) and return
-``[B, Hp]``. Rows without in-edges give 0.
+:func:`attention_forward` returns ``(out, m, l)`` exactly as this two-pass formula gives them, NaN and inf
+included: an empty row gives ``(0, -inf, 0)``; a row whose scores are all -inf gives NaN (the formula's
+``-inf - (-inf)``); a NaN or +inf score gives NaN. ``m`` and ``l`` are returned separately (not as a
+log-sum-exp, which loses ``log k`` when ``m = -1e9`` in float32).
 
-The forward is one pass with a running max / sum / accumulator per head; the only residuals are the
-per-node logsumexp ``[R, H]`` and the output. The backward recomputes logits and the dropout mask
-(:func:`pallas_kernels.dropout.edge_dropout_keep`, a hash of (seed, edge id, head)) and uses the flash
-attention identity ``Σ_e α_e dα_e = <dO_v, out_v>`` (node-level ``delta``), walking the forward CSR for
-dst / edge / per-edge-value cotangents and the reverse CSR for src / per-node-value cotangents.
+The walk keeps one ``(m, l, acc)`` state per lane and folds slots in with the merge rule below, which defers
+-inf (equal maxima get factor 1, so a chunk of -inf scores followed by finite ones gives the finite answer);
+lanes, and the pieces of split rows, merge with the same rule. Dropout is the counter hash of
+:mod:`pallas_kernels.dropout` (no mask is stored).
+
+Operands are ``[*, H]`` or ``[*, H, Dk]`` (``col`` gathered at ``csr.col``, ``row`` at the row, ``edge`` at
+``csr.eid``, ``shared`` ``[1, ...]``), zero-padded to powers of two; ``edge_fn`` must be zero-padding-safe
+(dot products over Dk, elementwise over heads, which may be split across programs) and returns
+``(scores [B, Hb], values [B, Hb, Dp])``.
 """
 from __future__ import annotations
 
 import functools
-import math
-from typing import NamedTuple
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from pallas_kernels import _access as acc
-from pallas_kernels import _edgewalk as ew
-from pallas_kernels import compat, residuals
+from pallas_kernels import _dtypes, _pullback, residuals
+from pallas_kernels import _reference as ref
+from pallas_kernels import _walk as wk
 from pallas_kernels import dropout as dr
-from pallas_kernels._config import EdgeBlock, edge_block, next_pow2
 from pallas_kernels.csr import CSR
 
 
-class AttnLayout(NamedTuple):
-    n_src: int
-    n_dst: int
-    n_edge: int
-    heads: int
-    hp: int
-    dim: int  # value width D
-    dp: int
-    pads: tuple[tuple[int, ...], ...]  # padded trailing shape per operand (src, dst, edge order)
-    cfg: EdgeBlock
+def _nan_max(a, b):
+    return jnp.where(jnp.isnan(b) | (b > a), b, a)
 
 
-def _layout(src, dst, edge, values) -> AttnLayout:
-    heads, dim = values.shape[1], values.shape[2]
-    hp, dp = next_pow2(heads), next_pow2(dim)
-    pads = []
-    widest = hp * dp
-    for x in (*src, *dst, *edge):
-        if x.ndim not in (2, 3) or x.shape[1] != heads:
-            raise ValueError(f"score operands must be [*, H] or [*, H, Dk] with H={heads}; got {x.shape}")
-        p = (hp,) + tuple(next_pow2(d) for d in x.shape[2:])
-        widest = max(widest, math.prod(p))
-        pads.append(p)
-    return AttnLayout(len(src), len(dst), len(edge), heads, hp, dim, dp, tuple(pads), edge_block(widest))
+def _merge_factors(m1, m2):
+    """Weights of two states with maxima ``m1``, ``m2`` against their joint maximum (one exp)."""
+    gap = jnp.exp(jnp.where(m1 == m2, 0.0, -jnp.abs(m1 - m2)).astype(m1.dtype))
+    first = m1 >= m2  # False when either is NaN: then ``gap`` is NaN and poisons the merge
+    return jnp.where(first, 1.0, gap).astype(m1.dtype), jnp.where(first, gap, 1.0).astype(m1.dtype)
 
 
-def _load_ops(refs, pads, rows, mask, block, *, interpret):
-    out = []
-    for ref, p in zip(refs, pads, strict=True):
-        x = acc.gather_block(ref, rows, mask, p, interpret=interpret).astype(jnp.float32)
-        out.append(jnp.broadcast_to(x, (block,) + p))
-    return tuple(out)
+def _lift(values, valid):
+    """One slot as a state: its own maximum, weight 1 (NaN for +inf: the formula's ``exp(inf - inf)``)."""
+    s, v = values
+    ok = wk.lanes_like(valid, s)
+    weight = jnp.where(ok, jnp.where(s == jnp.inf, jnp.nan, 1.0), 0.0).astype(s.dtype)
+    return (jnp.where(ok, s, -jnp.inf).astype(s.dtype), weight,
+            jnp.where(wk.lanes_like(valid, v), v, jnp.zeros((), v.dtype)))
 
 
-def _scores(score_fn, s, d, e, block, hp):
-    return jnp.broadcast_to(jnp.asarray(score_fn(s, d, e), jnp.float32), (block, hp))
+def _combine(a, b):
+    (m1, l1, o1), (m2, l2, o2) = a, b
+    f1, f2 = _merge_factors(m1, m2)
+    return _nan_max(m1, m2), f1 * l1 + f2 * l2, f1[..., None] * o1 + f2[..., None] * o2
 
 
-def _keep_scale(seed, eid, lay: AttnLayout, rate: float):
-    """float32 [B, Hp]: keep(seed, eid, h) / (1 - rate), or None without dropout."""
-    if rate <= 0.0:
-        return None
-    head = jax.lax.broadcasted_iota(jnp.int32, (1, lay.hp), 1)
-    keep = dr.edge_dropout_keep(seed, eid[:, None], head, rate)
-    return jnp.where(keep, 1.0 / (1.0 - rate), 0.0).astype(jnp.float32)
+def _reduce(state, axis):
+    m, l, o = state
+    top = jnp.max(m, axis=axis)
+    top = jnp.where(jnp.max(jnp.isnan(m).astype(jnp.int32), axis=axis) > 0, jnp.nan, top)
+    wide = jnp.expand_dims(top, axis)
+    f = jnp.where(m == wide, 1.0, jnp.exp(m - wide)).astype(m.dtype)
+    return top, jnp.sum(f * l, axis=axis), jnp.sum(f[..., None] * o, axis=axis)
 
 
-def _split(refs, lay: AttnLayout):
-    a, b, c = lay.n_src, lay.n_src + lay.n_dst, lay.n_src + lay.n_dst + lay.n_edge
-    return refs[:a], refs[a:b], refs[b:c], refs[c:]
+def _finalize(state, deg):
+    m, l, o = state
+    empty = wk.lanes_like(deg, m) == 0
+    undefined = ~empty & (m == -jnp.inf)
+    l = jnp.where(empty, 0.0, jnp.where(undefined, jnp.nan, l)).astype(l.dtype)
+    out = jnp.where(empty[..., None], 0.0, o / l[..., None]).astype(o.dtype)
+    return out, m, l
 
 
-def _pads(lay: AttnLayout):
-    a, b = lay.n_src, lay.n_src + lay.n_dst
-    return lay.pads[:a], lay.pads[a:b], lay.pads[b:]
+SOFTMAX = wk.Monoid(lift=_lift, combine=_combine, reduce=_reduce, finalize=_finalize)
 
 
-def _fwd_kernel(indptr_ref, col_ref, eid_ref, order_ref, seed_ref, *refs, score_fn, lay, value_index, rate,
-                interpret):
-    s_refs, d_refs, e_refs, rest = _split(refs, lay)
-    v_ref, out_ref, lse_ref = rest
-    ps, pd, pe = _pads(lay)
-    block, hp, dp = lay.cfg.block_edges, lay.hp, lay.dp
-    seed = acc.load_scalar(seed_ref, 0, interpret=interpret)
-    r, start, end = ew.row_bounds(indptr_ref, order_ref, interpret=interpret)
-    own, one = ew.own_row(r)
-    d_rows = _load_ops(d_refs, pd, own, one, block, interpret=interpret)
-
-    def body(c, carry):
-        m_run, l_run, o_run = carry
-        m, col, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
-        s_rows = _load_ops(s_refs, ps, col, m, block, interpret=interpret)
-        e_rows = _load_ops(e_refs, pe, eid, m, block, interpret=interpret)
-        s = jnp.where(m[:, None], _scores(score_fn, s_rows, d_rows, e_rows, block, hp), -jnp.inf)
-        # Every chunk that runs holds >= 1 valid slot, so m_new is finite and exp(-inf - m_new) = 0.
-        m_new = jnp.maximum(m_run, jnp.max(s, axis=0, keepdims=True))
-        p = jnp.exp(s - m_new)
-        corr = jnp.exp(m_run - m_new)
-        l_new = l_run * corr + jnp.sum(p, axis=0, keepdims=True)
-        ks = _keep_scale(seed, eid, lay, rate)
-        if ks is not None:
-            p = p * ks
-        vals = acc.gather_block(v_ref, col if value_index == "src" else eid, m, (hp, dp),
-                                interpret=interpret).astype(jnp.float32)
-        o_new = o_run * corr[:, :, None] + jnp.sum(p[:, :, None] * vals, axis=0, keepdims=True)
-        return m_new, l_new, o_new
-
-    init = (jnp.full((1, hp), -jnp.inf, jnp.float32), jnp.zeros((1, hp), jnp.float32),
-            jnp.zeros((1, hp, dp), jnp.float32))
-    m_run, l_run, o_run = compat.fori_loop(0, ew.num_chunks(start, end, block), body, init)
-    nonempty = l_run > 0.0
-    out = jnp.where(nonempty[:, :, None], o_run / jnp.where(nonempty, l_run, 1.0)[:, :, None], 0.0)
-    lse = jnp.where(nonempty, m_run + jnp.log(jnp.where(nonempty, l_run, 1.0)), 0.0)
-    acc.scatter_block(out_ref, own, one, out, interpret=interpret)
-    acc.scatter_block(lse_ref, own, one, lse, interpret=interpret)
-
-
-def _operand_grads(score_fn, s, d, e, ds, slot_ok, lay: AttnLayout, block):
-    """vjp of score_fn at one chunk, masked to valid slots and real (unpadded) lanes."""
-    _, pull = jax.vjp(lambda a, b, c: _scores(score_fn, a, b, c, block, lay.hp), s, d, e)
-    grads = pull(ds)
-    return tuple(tuple(jnp.where(slot_ok.reshape((-1,) + (1,) * (g.ndim - 1)), g, 0.0) for g in grp)
-                 for grp in grads)
-
-
-def _softmax_grad(s, m, lse, do, vals, delta, ks):
-    """(ds [B,Hp], P [B,Hp]) from logits, node stats and dO; P is the dropped, normalized weight."""
-    alpha = jnp.where(m[:, None], jnp.exp(s - lse), 0.0)
-    dp_ = jnp.sum(do * vals, axis=2)
-    p = alpha if ks is None else alpha * ks
-    dalpha = dp_ if ks is None else dp_ * ks
-    ds = jnp.where(m[:, None], alpha * (dalpha - delta), 0.0)
-    return ds, p
-
-
-def _bwd_dst_kernel(indptr_ref, col_ref, eid_ref, order_ref, seed_ref, *refs, score_fn, lay, value_index,
-                    rate, interpret):
-    s_refs, d_refs, e_refs, rest = _split(refs, lay)
-    v_ref, do_ref, lse_ref, delta_ref = rest[:4]
-    n_alias = lay.n_edge + (value_index == "edge")
-    outs = rest[4 + n_alias:]
-    dd_refs, de_refs = outs[:lay.n_dst], outs[lay.n_dst:lay.n_dst + lay.n_edge]
-    ps, pd, pe = _pads(lay)
-    block, hp, dp = lay.cfg.block_edges, lay.hp, lay.dp
-    seed = acc.load_scalar(seed_ref, 0, interpret=interpret)
-    r, start, end = ew.row_bounds(indptr_ref, order_ref, interpret=interpret)
-    own, one = ew.own_row(r)
-    d_rows = _load_ops(d_refs, pd, own, one, block, interpret=interpret)
-    do = acc.gather_block(do_ref, own, one, (hp, dp), interpret=interpret).astype(jnp.float32)
-    lse = acc.gather_block(lse_ref, own, one, (hp,), interpret=interpret)
-    delta = acc.gather_block(delta_ref, own, one, (hp,), interpret=interpret)
-
-    def body(c, dacc):
-        m, col, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
-        s_rows = _load_ops(s_refs, ps, col, m, block, interpret=interpret)
-        e_rows = _load_ops(e_refs, pe, eid, m, block, interpret=interpret)
-        s = _scores(score_fn, s_rows, d_rows, e_rows, block, hp)
-        vals = acc.gather_block(v_ref, col if value_index == "src" else eid, m, (hp, dp),
-                                interpret=interpret).astype(jnp.float32)
-        ds, p = _softmax_grad(s, m, lse, do, vals, delta, _keep_scale(seed, eid, lay, rate))
-        _, gd, ge = _operand_grads(score_fn, s_rows, d_rows, e_rows, ds, m, lay, block)
-        for ref, x in zip(de_refs, ge, strict=True):
-            acc.scatter_block(ref, eid, m, x, interpret=interpret)
-        if value_index == "edge":
-            acc.scatter_block(outs[-1], eid, m, p[:, :, None] * do, interpret=interpret)
-        return tuple(a + jnp.sum(x, axis=0, keepdims=True) for a, x in zip(dacc, gd, strict=True))
-
-    init = tuple(jnp.zeros((1,) + p, jnp.float32) for p in pd)
-    dacc = compat.fori_loop(0, ew.num_chunks(start, end, block), body, init)
-    for ref, x in zip(dd_refs, dacc, strict=True):
-        acc.scatter_block(ref, own, one, x, interpret=interpret)
-
-
-def _bwd_src_kernel(indptr_ref, col_ref, eid_ref, order_ref, seed_ref, *refs, score_fn, lay, value_index,
-                    rate, interpret):
-    s_refs, d_refs, e_refs, rest = _split(refs, lay)
-    v_ref, do_ref, lse_ref, delta_ref = rest[:4]
-    outs = rest[4:]
-    ps, pd, pe = _pads(lay)
-    block, hp, dp = lay.cfg.block_edges, lay.hp, lay.dp
-    seed = acc.load_scalar(seed_ref, 0, interpret=interpret)
-    u, start, end = ew.row_bounds(indptr_ref, order_ref, interpret=interpret)
-    own, one = ew.own_row(u)
-    s_rows = _load_ops(s_refs, ps, own, one, block, interpret=interpret)
-    own_vals = acc.gather_block(v_ref, own, one, (hp, dp), interpret=interpret).astype(jnp.float32)
-
-    def body(c, carry):
-        sacc, vacc = carry
-        m, v, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
-        d_rows = _load_ops(d_refs, pd, v, m, block, interpret=interpret)
-        e_rows = _load_ops(e_refs, pe, eid, m, block, interpret=interpret)
-        s = _scores(score_fn, s_rows, d_rows, e_rows, block, hp)
-        do = acc.gather_block(do_ref, v, m, (hp, dp), interpret=interpret).astype(jnp.float32)
-        lse = acc.gather_block(lse_ref, v, m, (hp,), interpret=interpret)
-        delta = acc.gather_block(delta_ref, v, m, (hp,), interpret=interpret)
-        if value_index == "src":
-            vals = jnp.broadcast_to(own_vals, (block, hp, dp))
-        else:
-            vals = acc.gather_block(v_ref, eid, m, (hp, dp), interpret=interpret).astype(jnp.float32)
-        ds, p = _softmax_grad(s, m, lse, do, vals, delta, _keep_scale(seed, eid, lay, rate))
-        gs, _, _ = _operand_grads(score_fn, s_rows, d_rows, e_rows, ds, m, lay, block)
-        sacc = tuple(a + jnp.sum(x, axis=0, keepdims=True) for a, x in zip(sacc, gs, strict=True))
-        vacc = vacc + jnp.sum(p[:, :, None] * do, axis=0, keepdims=True)
-        return sacc, vacc
-
-    init = (tuple(jnp.zeros((1,) + p, jnp.float32) for p in ps), jnp.zeros((1, hp, dp), jnp.float32))
-    sacc, vacc = compat.fori_loop(0, ew.num_chunks(start, end, block), body, init)
-    for ref, x in zip(outs[:lay.n_src], sacc, strict=True):
-        acc.scatter_block(ref, own, one, x, interpret=interpret)
-    if value_index == "src":
-        acc.scatter_block(outs[-1], own, one, vacc, interpret=interpret)
-
-
-def _check(value_index, rate, seed):
-    if value_index not in ("src", "edge"):
-        raise ValueError(f"value_index must be 'src' or 'edge', got {value_index!r}")
+def _check(rate: float, seed) -> None:
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout_rate must be in [0, 1), got {rate}")
     if rate > 0.0 and seed is None:
@@ -241,80 +95,151 @@ def _seed_array(seed) -> jax.Array:
     return jnp.reshape(jnp.asarray(0 if seed is None else seed, jnp.int32), (1,))
 
 
-def _kernel(fn, **kw):
-    def kernel(*refs):
-        return fn(*refs, **kw)
-    return kernel
+def _keep_scale(seed, eid, head, rate: float, dtype):
+    """``[B, Hb]`` dropout factor κ for edge ids ``eid`` ``[B, 1]`` and heads ``[Hb]``, or None without dropout."""
+    if rate <= 0.0:
+        return None
+    keep = dr.edge_dropout_keep(seed, eid, head[None, :], rate)
+    return jnp.where(keep, 1.0 / (1.0 - rate), 0.0).astype(dtype)
 
 
-def _forward(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, seed):
-    lay = _layout(src, dst, edge, values)
+def _groups(col, row, edge, shared):
+    return tuple(tuple(g) for g in (col, row, edge, shared))
+
+
+def _value_dim(edge_fn, groups, heads: int, compute) -> int:
+    """``D`` of ``edge_fn``'s values, from one unpadded slot (``edge_fn`` is elementwise over heads)."""
+    tiles = tuple(tuple(jax.ShapeDtypeStruct((1, heads) + x.shape[2:], compute) for x in g) for g in groups)
+    scores, values = jax.eval_shape(edge_fn, *tiles)
+    fits = len(scores.shape) <= 2 and all(d in (1, t) for d, t in zip(scores.shape[::-1], (heads, 1), strict=False))
+    if values.ndim != 3 or values.shape[:2] != (1, heads) or not fits:
+        raise ValueError(f"attention edge_fn must return (scores [B, H], values [B, H, D]) with H={heads}; got "
+                         f"{scores.shape} and {values.shape} for one slot")
+    return values.shape[2]
+
+
+def attention_forward(edge_fn: Callable, col, row, edge, shared, csr: CSR, *, heads: int, dropout_rate: float = 0.0,
+                      dropout_seed=None, interpret: bool = False, out_dtype=None):
+    """``(out [R, H, D], m [R, H], l [R, H])`` of the module docstring's formula (forward only).
+
+    Args:
+      edge_fn: ``(col, row, edge, shared) -> (scores [B, Hb], values [B, Hb, Dp])`` on tuples of tiles
+        ``[B, Hb]`` / ``[B, Hb, Dkp]`` in the compute dtype.
+      col, row, edge, shared: tuples of ``[*, H]`` / ``[*, H, Dk]`` operands (``shared`` with one row).
+      heads: ``H``.
+      dropout_rate: static rate in [0, 1); ``dropout_seed`` an int32 scalar (traced is fine).
+      out_dtype: dtype of ``out`` (default: the operands' result dtype); ``m`` and ``l`` are in the compute
+        dtype (float32, or float64 with a float64 operand).
+    """
+    _check(dropout_rate, dropout_seed)
+    groups = _groups(col, row, edge, shared)
+    arrays = [x for g in groups for x in g]
+    compute = _dtypes.compute_dtype(arrays, integers=False, what="attention")
+    dim = _value_dim(edge_fn, groups, heads, compute)
+    plan = wk.make_plan(groups, csr, axis=heads, extra=[(heads, dim)], compute=compute)
+    dp = plan.tile((heads, dim))[1]
+    rate = float(dropout_rate)
+
+    def body(c, r, e, s, ctx):
+        scores, values = edge_fn(c, r, e, s)
+        scores = jnp.broadcast_to(jnp.asarray(scores).astype(compute), (plan.block, plan.split))
+        values = jnp.broadcast_to(jnp.asarray(values).astype(compute), (plan.block, plan.split, dp))
+        head = ctx.offset + jax.lax.broadcasted_iota(jnp.int32, (plan.split,), 0)
+        kappa = _keep_scale(ctx.seed, ctx.eid, head, rate, compute)
+        return (scores, values if kappa is None else values * kappa[..., None]), ()
+
     num_rows = csr.num_rows
-    dtype = jnp.result_type(values.dtype, *(x.dtype for x in (*src, *dst, *edge)))
-    kern = _kernel(_fwd_kernel, score_fn=score_fn, lay=lay, value_index=value_index, rate=rate,
-                   interpret=interpret)
-    out, lse = compat.pallas_call(
-        kern,
-        out_shape=(jax.ShapeDtypeStruct((num_rows, lay.heads, lay.dim), dtype),
-                   jax.ShapeDtypeStruct((num_rows, lay.heads), jnp.float32)),
-        grid=(num_rows,), interpret=interpret, num_warps=lay.cfg.num_warps, num_stages=lay.cfg.num_stages,
-        name="gnn_attention_fwd",
-    )(*csr, seed, *src, *dst, *edge, values)
-    return out, lse
+    out_dtype = np.dtype(out_dtype or _dtypes.result_dtype(arrays))
+    outs, _ = wk.walk(body, csr, groups, plan=plan, monoid=SOFTMAX, seed=_seed_array(dropout_seed),
+                      row_out=(jax.ShapeDtypeStruct((num_rows, heads, dim), out_dtype),
+                               jax.ShapeDtypeStruct((num_rows, heads), compute),
+                               jax.ShapeDtypeStruct((num_rows, heads), compute)),
+                      interpret=interpret, name="gnn_attention")
+    return outs
+
+
+def attention_forward_reference(edge_fn: Callable, col, row, edge, shared, csr: CSR, *, heads: int,
+                                dropout_rate: float = 0.0, dropout_seed=None, out_dtype=None):
+    """Pure-jnp definition of :func:`attention_forward`: the two-pass formula over per-slot scores."""
+    _check(dropout_rate, dropout_seed)
+    groups = _groups(col, row, edge, shared)
+    arrays = [x for g in groups for x in g]
+    compute = _dtypes.compute_dtype(arrays, integers=False, what="attention")
+    rows, valid = ref.slot_rows(csr)
+    num_rows = csr.num_rows
+    scores, values = edge_fn(*ref.slot_operands(groups, csr, rows, axis=heads, compute=compute))
+    scores = jnp.broadcast_to(jnp.asarray(scores).astype(compute), (rows.shape[0], heads))
+    values = jnp.asarray(values).astype(compute)
+    seg = lambda fn, x: fn(x, rows, num_segments=num_rows + 1)  # row R collects the slots of no row
+    m = seg(jax.ops.segment_max, scores)
+    p = jnp.where(ref.lanes(valid, scores), jnp.exp(scores - jax.lax.stop_gradient(m)[rows]), 0.0)
+    l = seg(jax.ops.segment_sum, p)
+    alpha = p / l[rows]
+    kappa = _keep_scale(jnp.asarray(0 if dropout_seed is None else dropout_seed, jnp.int32), csr.eid[:, None],
+                        jnp.arange(heads, dtype=jnp.int32), float(dropout_rate), compute)
+    if kappa is not None:
+        alpha = alpha * kappa
+    terms = jnp.where(ref.lanes(valid, values), alpha[..., None] * values, 0.0)
+    out = seg(jax.ops.segment_sum, terms)[:num_rows]
+    return out.astype(out_dtype or _dtypes.result_dtype(arrays)), m[:num_rows], l[:num_rows]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Differentiable wrapper (standalone users): score function plus values gathered by source or edge.
+# ---------------------------------------------------------------------------------------------------------------
+
+def _edge_fn(score_fn, value_index: str, n_src: int, n_edge: int):
+    """The 4-argument edge function of :func:`attention_forward` for a score function and a values operand
+    that rides as the last col operand (``value_index="src"``) or the last edge operand (``"edge"``)."""
+    def run(c, r, e, s=()):
+        values = c[n_src] if value_index == "src" else e[n_edge]
+        return score_fn(c[:n_src], r, e[:n_edge]), values
+    return run
+
+
+def _operands(src, edge, values, value_index):
+    return (src + (values,), edge) if value_index == "src" else (src, edge + (values,))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
 def _attention(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, rev_csr, seed):
-    del rev_csr
-    return _forward(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, seed)[0]
+    return _attention_fwd(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, rev_csr, seed)[0]
 
 
 def _attention_fwd(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, rev_csr, seed):
-    out, lse = _forward(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, seed)
-    return out, (src, dst, edge, values, csr, rev_csr, seed, *residuals.name_stats(out, lse))
+    col, edges = _operands(src, edge, values, value_index)
+    fn = _edge_fn(score_fn, value_index, len(src), len(edge))
+    out, m, l = attention_forward(fn, col, dst, edges, (), csr, heads=values.shape[1], dropout_rate=rate,
+                                  dropout_seed=seed[0], interpret=interpret)
+    return out, (src, dst, edge, values, csr, rev_csr, seed, *residuals.name_stats(out, m, l))
 
 
 def _attention_bwd(score_fn, value_index, rate, interpret, res, g):
-    src, dst, edge, values, csr, rev_csr, seed, out, lse = res
-    lay = _layout(src, dst, edge, values)
-    g32 = g.astype(jnp.float32)
-    delta = jnp.sum(g32 * out.astype(jnp.float32), axis=-1)  # [R, H]: Σ_e α_e dα_e per node and head
-    common = dict(score_fn=score_fn, lay=lay, value_index=value_index, rate=rate, interpret=interpret)
-    cfg = lay.cfg
-    operands = (*src, *dst, *edge)
-    d_src: tuple = ()
-    d_values = None
-    if src or value_index == "src":
-        shapes = [*src] + ([values] if value_index == "src" else [])
-        outs = compat.pallas_call(
-            _kernel(_bwd_src_kernel, **common),
-            out_shape=tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in shapes),
-            grid=(rev_csr.num_rows,), interpret=interpret, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, name="gnn_attention_bwd_src",
-        )(*rev_csr, seed, *operands, values, g32, lse, delta)
-        outs = tuple(outs)
-        d_src = outs[:len(src)]
-        if value_index == "src":
-            d_values = outs[-1]
-    d_dst: tuple = ()
-    d_edge: tuple = ()
-    if dst or edge or value_index == "edge":
-        per_edge = [*edge] + ([values] if value_index == "edge" else [])
-        zeros = tuple(jnp.zeros(x.shape, x.dtype) for x in per_edge)
-        n_in = 5 + len(operands) + 4
-        outs = compat.pallas_call(
-            _kernel(_bwd_dst_kernel, **common),
-            out_shape=tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (*dst, *per_edge)),
-            grid=(csr.num_rows,), interpret=interpret, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, name="gnn_attention_bwd_dst",
-            input_output_aliases={n_in + k: len(dst) + k for k in range(len(per_edge))},
-        )(*csr, seed, *operands, values, g32, lse, delta, *zeros)
-        outs = tuple(outs)
-        d_dst = outs[:len(dst)]
-        d_edge = outs[len(dst):len(dst) + len(edge)]
-        if value_index == "edge":
-            d_values = outs[-1]
-    return d_src, d_dst, d_edge, d_values, None, None, None
+    src, dst, edge, values, csr, rev_csr, seed, out, m, l = res
+    compute = m.dtype
+    g = g.astype(compute)
+    delta = jnp.sum(g * out.astype(compute), axis=-1)  # [R, H]: Σ_e α_e κ_e <dO, v_e> per row and head
+    col, edges = _operands(src, edge, values, value_index)
+    edge_fn = _edge_fn(score_fn, value_index, len(src), len(edge))
+
+    def fn(c, r, e):
+        scores, vals = edge_fn(c, r, e)
+        return jnp.broadcast_to(scores, vals.shape[:2]), vals
+
+    def cotangent(y, node, edge_x, ctx):
+        (scores, vals), (do, m_, l_, delta_) = y, node
+        alpha = jnp.exp(scores - m_) / l_
+        head = ctx.offset + jax.lax.broadcasted_iota(jnp.int32, (scores.shape[1],), 0)
+        kappa = _keep_scale(ctx.seed, ctx.eid, head, rate, compute)
+        kappa = jnp.ones_like(alpha) if kappa is None else kappa
+        return alpha * (kappa * jnp.sum(do * vals, axis=-1) - delta_), (alpha * kappa)[..., None] * do
+
+    d_col, d_dst, d_edges = _pullback.pullback(fn, col, dst, edges, csr, rev_csr, axis=values.shape[1],
+                                               compute=compute, cotangent=cotangent, node_extras=(g, m, l, delta),
+                                               seed=seed, interpret=interpret, name="gnn_attention")
+    d_values = d_col[-1] if value_index == "src" else d_edges[-1]
+    d_src = d_col[:len(src)]
+    return d_src, d_dst, d_edges[:len(edge)], d_values, None, None, None
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -323,46 +248,31 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 def attention_aggregate(score_fn, src: tuple, dst: tuple, edge: tuple, values: jax.Array, csr: CSR,
                         rev_csr: CSR, *, value_index: str = "src", dropout_rate: float = 0.0,
                         dropout_seed=None, interpret: bool = False) -> jax.Array:
-    """``[R, H, D]`` softmax-weighted aggregation of ``values`` (see the module docstring).
+    """Differentiable ``[R, H, D]`` attention output with a score function and gathered values.
 
     Args:
-      score_fn: ``(src_rows, dst_rows, edge_rows) -> [B, Hp]`` logits; rows are float32, zero-padded.
-      src, dst, edge: tuples of ``[*, H]`` / ``[*, H, Dk]`` score operands.
-      values: ``[N_src, H, D]`` (value_index="src") or ``[E, H, D]`` (value_index="edge").
+      score_fn: ``(src_rows, dst_rows, edge_rows) -> [B, Hb]`` logits on zero-padded tiles.
+      src, dst, edge: tuples of ``[*, H]`` / ``[*, H, Dk]`` score operands (col, row, edge roles).
+      values: ``[N_src, H, D]`` (``value_index="src"``) or ``[E, H, D]`` (``"edge"``).
       csr, rev_csr: forward (rows = dst) and reverse (rows = src) CSRs.
       dropout_rate: static attention dropout rate; ``dropout_seed`` an int32 scalar (traced is fine).
-      interpret: run the Pallas interpreter instead of Triton.
     """
-    _check(value_index, dropout_rate, dropout_seed)
-    return _attention(score_fn, value_index, float(dropout_rate), interpret, tuple(src), tuple(dst),
-                      tuple(edge), values, csr, rev_csr, _seed_array(dropout_seed))
+    if value_index not in ("src", "edge"):
+        raise ValueError(f"value_index must be 'src' or 'edge', got {value_index!r}")
+    _check(dropout_rate, dropout_seed)
+    return _attention(score_fn, value_index, float(dropout_rate), interpret, tuple(src), tuple(dst), tuple(edge),
+                      values, csr, rev_csr, _seed_array(dropout_seed))
 
 
-def attention_aggregate_reference(score_fn, src: tuple, dst: tuple, edge: tuple, values: jax.Array,
-                                  csr: CSR, rev_csr: CSR | None = None, *, value_index: str = "src",
+def attention_aggregate_reference(score_fn, src: tuple, dst: tuple, edge: tuple, values: jax.Array, csr: CSR,
+                                  rev_csr: CSR | None = None, *, value_index: str = "src",
                                   dropout_rate: float = 0.0, dropout_seed=None) -> jax.Array:
     """Pure-jnp reference of :func:`attention_aggregate` (materializes per-edge logits)."""
     del rev_csr
-    _check(value_index, dropout_rate, dropout_seed)
-    rows, valid = ew.slot_rows(csr)
-    num_rows = csr.num_rows
-    seg = jnp.where(valid, rows, num_rows)
-
-    def take(xs, idx):
-        return tuple(x[idx].astype(jnp.float32) for x in xs)
-
-    s = jnp.asarray(score_fn(take(src, csr.col), take(dst, rows), take(edge, csr.eid)), jnp.float32)
-    s_max = jax.ops.segment_max(jnp.where(valid[:, None], s, -jnp.inf), seg, num_segments=num_rows + 1)
-    s_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(s_max), s_max, 0.0))
-    p = jnp.where(valid[:, None], jnp.exp(s - s_max[seg]), 0.0)
-    denom = jax.ops.segment_sum(p, seg, num_segments=num_rows + 1)
-    alpha = p / jnp.where(denom > 0, denom, 1.0)[seg]
-    if dropout_rate > 0.0:
-        heads = jnp.arange(values.shape[1], dtype=jnp.int32)[None, :]
-        keep = dr.edge_dropout_keep(jnp.asarray(dropout_seed, jnp.int32), csr.eid[:, None], heads,
-                                    dropout_rate)
-        alpha = jnp.where(keep, alpha / (1.0 - dropout_rate), 0.0)
-    vals = values[csr.col if value_index == "src" else csr.eid].astype(jnp.float32)
-    out = jax.ops.segment_sum(alpha[:, :, None] * vals, seg, num_segments=num_rows + 1)[:num_rows]
-    dtype = jnp.result_type(values.dtype, *(x.dtype for x in (*src, *dst, *edge)))
-    return out.astype(dtype)
+    if value_index not in ("src", "edge"):
+        raise ValueError(f"value_index must be 'src' or 'edge', got {value_index!r}")
+    src, edge = tuple(src), tuple(edge)
+    col, edges = _operands(src, edge, values, value_index)
+    return attention_forward_reference(_edge_fn(score_fn, value_index, len(src), len(edge)), col, tuple(dst),
+                                       edges, (), csr, heads=values.shape[1], dropout_rate=dropout_rate,
+                                       dropout_seed=dropout_seed)[0]

@@ -1,188 +1,258 @@
-"""Fused gather -> edge_fn -> reduce (SpMM-like, node-parallel): ``out[v] = ⊕_{e: dst(e)=v} edge_fn(...)``.
+"""Fused gather -> edge_fn -> reduce (SpMM-like): ``out[r] = ⊕_{slots s of row r} edge_fn(...)[s]``.
 
-Semantics (both the Pallas kernel and :func:`gather_reduce_reference`):
+Semantics (the kernel, interpret mode and :func:`gather_reduce_forward_reference` agree):
 
-* ``src[i]``: ``[N_src, w]`` gathered at the slot's source node (``csr.col``); ``dst[i]``: ``[R, w]`` read
-  at the row; ``edge[i]``: ``[E, w]`` gathered at the slot's edge id (``csr.eid``); ``w ∈ {1, F}``.
-* ``edge_fn(src_rows, dst_rows, edge_rows) -> [B, F']`` is lane-wise; rows arrive as float32 ``[B, Fp]``
-  with width-1 operands already broadcast.
-* ``reduce ∈ {"sum", "mean", "max", "min"}``; rows with no (valid) in-edges give **0** for every
-  reduction (PyG / DGL convention), not ±inf.
-* max/min ties are broken by the smallest edge id (CSR slots are in edge-id order within a row); the
-  gradient flows to that edge only. The index is saved per (node, feature) as int32 -- the only residual
-  besides the inputs.
-* Rows are processed in parallel (one program per row, ``row_order``), edges of a row in chunks;
-  no atomics, so results are deterministic. Accumulation is float32; the output has the inputs'
-  result dtype.
+* operands and ``edge_fn`` follow :mod:`pallas_kernels._lanewise` (``col``/``row``/``edge``/``shared`` groups);
+* ``reduce``: ``"sum"``, ``"mean"`` (sum / max(degree, 1)), ``"max"``, ``"min"``; max/min propagate NaN (a row
+  holding a NaN value gives NaN, as ``jax.ops.segment_max`` on CPU);
+* a row with no slots gives 0 (``empty="zero"``) or the reduction's identity (``empty="identity"``: -inf / +inf
+  for float max / min, the integer extremes for int, as ``jax.ops.segment_max``);
+* integer operands: sum/max/min are exact in int32 (int64 under x64); mean raises ``TypeError``.
+
+The walk is :mod:`pallas_kernels._walk` (segments, per-lane accumulators, deterministic combine of split rows).
+:func:`gather_reduce` is the differentiable wrapper for standalone use (3-argument ``edge_fn``, custom VJP
+whose max/min gradient splits ties equally, like JAX's).
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
-from pallas_kernels import _access as acc
-from pallas_kernels import _edgewalk as ew
-from pallas_kernels import compat, residuals
+from pallas_kernels import _dtypes, _pullback, residuals
+from pallas_kernels import _lanewise as lw
+from pallas_kernels import _reference as ref
+from pallas_kernels import _walk as wk
 from pallas_kernels.csr import CSR
+from pallas_kernels.gather_compute import gather_compute_forward
+
+EMPTY = ("zero", "identity")
+
+
+def _is_float(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def _pick(better):
+    """Pairwise extremum that keeps NaN (Triton's max/min drop it)."""
+    def run(a, b):
+        if not _is_float(a):
+            return jnp.where(better(b, a), b, a)
+        return jnp.where(jnp.isnan(b) | better(b, a), b, a)
+    return run
+
+
+def _fold(fold):
+    """Extremum over an axis that keeps NaN."""
+    def run(x, axis):
+        y = fold(x, axis=axis)
+        if not _is_float(x):
+            return y
+        return jnp.where(jnp.max(jnp.isnan(x).astype(jnp.int32), axis=axis) > 0, jnp.nan, y)
+    return run
+
+
+def _lowest(dtype):
+    return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min
+
+
+def _highest(dtype):
+    return jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).max
 
 
 class Reduction(NamedTuple):
-    identity: float
-    chunk: callable  # reduce a [block, fp] tile over axis 0 (keepdims)
-    combine: callable  # running value x chunk value
-    better: callable | None  # strict improvement test, for argmax/argmin tracking
-    finalize: callable  # (acc [1, fp], degree scalar) -> result
-
-
-def _empty_to_zero(a, deg):
-    return jnp.where(deg > 0, a, 0.0)
+    identity: Callable  # dtype -> scalar
+    pair: Callable  # elementwise fold of two states
+    fold: Callable  # (x, axis) -> fold over an axis
+    integers: bool  # exact on integer operands
+    divide: bool  # mean: divide by max(degree, 1)
+    segment: Callable  # the jax.ops segment reduction the reference uses
 
 
 REDUCTIONS: dict[str, Reduction] = {
-    "sum": Reduction(0.0, lambda x: jnp.sum(x, 0, keepdims=True), jnp.add, None, lambda a, d: a),
-    "mean": Reduction(0.0, lambda x: jnp.sum(x, 0, keepdims=True), jnp.add, None,
-                      lambda a, d: a / jnp.maximum(d, 1).astype(jnp.float32)),
-    "max": Reduction(-jnp.inf, lambda x: jnp.max(x, 0, keepdims=True), jnp.maximum, jnp.greater,
-                     _empty_to_zero),
-    "min": Reduction(jnp.inf, lambda x: jnp.min(x, 0, keepdims=True), jnp.minimum, jnp.less, _empty_to_zero),
+    "sum": Reduction(lambda d: 0, jnp.add, jnp.sum, True, False, jax.ops.segment_sum),
+    "mean": Reduction(lambda d: 0, jnp.add, jnp.sum, False, True, jax.ops.segment_sum),
+    "max": Reduction(_lowest, _pick(jnp.greater), _fold(jnp.max), True, False, jax.ops.segment_max),
+    "min": Reduction(_highest, _pick(jnp.less), _fold(jnp.min), True, False, jax.ops.segment_min),
 }
 
 
-def _fwd_kernel(indptr_ref, col_ref, eid_ref, order_ref, *refs, edge_fn, reduce, lay, interpret):
-    s_refs, d_refs, e_refs, outs = ew.split(refs, lay)
-    red = REDUCTIONS[reduce]
-    tracks_arg = red.better is not None
-    block, fp = lay.cfg.block_edges, lay.fp
-    r, start, end = ew.row_bounds(indptr_ref, order_ref, interpret=interpret)
-    own, one = ew.own_row(r)
-    d_rows = ew.load_group(d_refs, own, one, lay, interpret=interpret)
-
-    def body(c, carry):
-        run, arg = carry
-        m, col, eid = ew.chunk(col_ref, eid_ref, start, end, c, block, interpret=interpret)
-        s_rows = ew.load_group(s_refs, col, m, lay, interpret=interpret)
-        e_rows = ew.load_group(e_refs, eid, m, lay, interpret=interpret)
-        vals = ew.call_edge_fn(edge_fn, s_rows, d_rows, e_rows, lay)
-        vals = jnp.where(m[:, None], vals, red.identity)
-        chunk = red.chunk(vals)
-        if tracks_arg:
-            # First (smallest edge id) slot of this chunk reaching the chunk extremum, per lane; a later
-            # chunk replaces the running index only on strict improvement, so ties keep the earliest edge.
-            cand = jnp.where(m[:, None] & (vals == chunk), eid[:, None], ew.INT_MAX)
-            carg = jnp.min(cand, axis=0, keepdims=True)
-            arg = jnp.where(red.better(chunk, run), carg, arg)
-        return red.combine(run, chunk), arg
-
-    init = (jnp.full((1, fp), red.identity, jnp.float32), jnp.full((1, fp), -1, jnp.int32))
-    run, arg = compat.fori_loop(0, ew.num_chunks(start, end, block), body, init)
-    acc.scatter_block(outs[0], own, one, red.finalize(run, end - start), interpret=interpret)
-    if tracks_arg:
-        acc.scatter_block(outs[1], own, one, arg, interpret=interpret)
-
-
-def _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr):
-    del rev_csr
+def _check(reduce: str, empty: str) -> Reduction:
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce must be one of {sorted(REDUCTIONS)}, got {reduce!r}")
-    lay = ew.make_layout(src, dst, edge)
+    if empty not in EMPTY:
+        raise ValueError(f"empty must be one of {EMPTY}, got {empty!r}")
+    return REDUCTIONS[reduce]
+
+
+def _empty_value(red: Reduction, empty: str, dtype):
+    return red.identity(dtype) if empty == "identity" else 0
+
+
+def monoid(reduce: str, empty: str, dtype) -> wk.Monoid:
+    """The walk's fold for ``reduce`` in compute ``dtype`` (one state component)."""
+    red = _check(reduce, empty)
+    # Scalars are made where they are used: a kernel may not capture array constants.
+    ident = lambda: jnp.asarray(red.identity(dtype), dtype)
+
+    def finalize(state, deg):
+        (x,) = state
+        deg = wk.lanes_like(deg, x)
+        if red.divide:
+            return (x / jnp.maximum(deg, 1).astype(x.dtype),)
+        return (jnp.where(deg > 0, x, jnp.asarray(_empty_value(red, empty, dtype), dtype)),)
+
+    return wk.Monoid(
+        lift=lambda v, valid: (jnp.where(wk.lanes_like(valid, v[0]), v[0], ident()),),
+        combine=lambda a, b: (red.pair(a[0], b[0]),),
+        reduce=lambda s, axis: (red.fold(s[0], axis),),
+        finalize=finalize,
+    )
+
+
+def gather_reduce_forward(edge_fn: lw.EdgeFn, col, row, edge, shared, csr: CSR, *, reduce: str, empty: str = "zero",
+                          interpret: bool = False, out_dtype=None) -> jax.Array:
+    """``[R, F]``: per row of ``csr``, the ``reduce`` of ``edge_fn`` over the row's slots (forward only).
+
+    Args:
+      edge_fn: lane-wise ``(col, row, edge, shared) -> [B, Fb]`` on tuples of ``[B, Fb]`` tiles.
+      col, row, edge, shared: tuples of 2-D operands ``[N_col, w]``, ``[R, w]``, ``[E, w]``, ``[1, w]``
+        with ``w ∈ {1, F}``.
+      csr: rows are the output rows (destinations, or sources for a reverse CSR).
+      reduce: "sum" | "mean" | "max" | "min"; empty: "zero" | "identity" (rows without slots).
+      out_dtype: the output dtype (default: the operands' result dtype).
+    """
+    red = _check(reduce, empty)
+    call = lw.prepare(edge_fn, col, row, edge, shared, csr, integers=red.integers,
+                      what=f"gather_reduce({reduce})", out_dtype=out_dtype)
+    plan = call.plan
+
+    def body(c, r, e, s, ctx):
+        return (lw.values(edge_fn, plan, c, r, e, s),), ()
+
+    (out,), _ = wk.walk(body, csr, call.groups, plan=plan, monoid=monoid(reduce, empty, plan.compute),
+                        row_out=(jax.ShapeDtypeStruct((csr.num_rows, call.width), call.out_dtype),),
+                        interpret=interpret, name=f"gnn_gather_reduce_{reduce}")
+    return out
+
+
+def gather_reduce_forward_reference(edge_fn: lw.EdgeFn, col, row, edge, shared, csr: CSR, *, reduce: str,
+                                    empty: str = "zero", out_dtype=None) -> jax.Array:
+    """Pure-jnp definition of :func:`gather_reduce_forward` (``jax.ops`` segment reductions over slots)."""
+    red = _check(reduce, empty)
+    call = lw.prepare(edge_fn, col, row, edge, shared, csr, integers=red.integers,
+                      what=f"gather_reduce({reduce})", out_dtype=out_dtype)
+    vals, rows, valid = lw.reference_values(edge_fn, call, csr)
     num_rows = csr.num_rows
-    out_shape = [jax.ShapeDtypeStruct((num_rows, lay.width), ew.result_dtype(src, dst, edge))]
-    if REDUCTIONS[reduce].better is not None:
-        out_shape.append(jax.ShapeDtypeStruct((num_rows, lay.width), jnp.int32))
-    kern = ew._kernel_partial(_fwd_kernel, edge_fn=edge_fn, reduce=reduce, lay=lay, interpret=interpret)
-    outs = compat.pallas_call(
-        kern, out_shape=tuple(out_shape), grid=(num_rows,), interpret=interpret,
-        num_warps=lay.cfg.num_warps, num_stages=lay.cfg.num_stages, name=f"gnn_gather_reduce_{reduce}",
-    )(*csr, *src, *dst, *edge)
-    return outs[0], (outs[1] if len(outs) > 1 else None)
+    deg = ref.lanes(ref.degrees(csr), vals)
+    if red.divide or red.segment is jax.ops.segment_sum:
+        out = ref.segment(jax.ops.segment_sum, jnp.where(ref.lanes(valid, vals), vals, 0), rows, num_rows)
+        out = out / jnp.maximum(deg, 1).astype(out.dtype) if red.divide else out
+    else:
+        out = ref.segment(red.segment, vals, rows, num_rows)
+        out = jnp.where(deg > 0, out, jnp.asarray(_empty_value(red, empty, out.dtype), out.dtype))
+    return out.astype(call.out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Differentiable wrapper (standalone users): 3-argument edge_fn, forward and reverse CSRs.
+# ---------------------------------------------------------------------------------------------------------------
+
+def _four(edge_fn):
+    return lambda c, r, e, s: edge_fn(c, r, e)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
 def _gather_reduce(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr):
-    return _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)[0]
+    del rev_csr
+    return gather_reduce_forward(_four(edge_fn), src, dst, edge, (), csr, reduce=reduce, interpret=interpret)
 
 
 def _unread_by_backward(edge_fn, reduce: str, src, dst, edge) -> tuple:
     """Edge operands the backward does not read (see `residuals.unread_operands`). Only sum and mean drop
-    any: max/min recompute the values to find the chosen edge."""
+    any: max/min recompute the values to find the tied edges."""
     if reduce not in ("sum", "mean") or not edge:
         return (None,) * len(edge)
-    lay = ew.make_layout(src, dst, edge)
-    tiles = tuple(tuple(jnp.zeros((8, lay.fp), jnp.float32) for _ in g) for g in (src, dst, edge))
+    width = max(x.shape[1] for x in (*src, *dst, *edge))
+    tiles = tuple(tuple(jnp.zeros((8, width), jnp.float32) for _ in g) for g in (src, dst, edge))
     return residuals.unread_operands(edge_fn, tiles, 2, edge)
 
 
 def _gather_reduce_fwd(edge_fn, reduce, interpret, *primals):
     (src, dst, edge, csr, rev_csr), perturbed = residuals.split_primals(primals)
-    out, arg = _forward(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)
-    arg = None if arg is None else residuals.name_stats(arg)[0]
+    out = gather_reduce_forward(_four(edge_fn), src, dst, edge, (), csr, reduce=reduce, interpret=interpret)
     dropped = _unread_by_backward(residuals.frozen(edge_fn, perturbed[:3]), reduce, src, dst, edge)
-    return out, (src, dst, residuals.keep(edge, dropped), csr, rev_csr, arg, residuals.flags(perturbed[:3]))
+    return out, (src, dst, residuals.keep(edge, dropped), csr, rev_csr, residuals.flags(perturbed[:3]))
 
 
-def _aux(reduce: str, csr: CSR, arg):
-    """Node-level auxiliary input of the backward (see ``_edgewalk.slot_cotangent``)."""
-    if reduce == "mean":
-        deg = (csr.indptr[1:] - csr.indptr[:-1]).astype(jnp.float32)
-        return 1.0 / jnp.maximum(deg, 1.0)
-    if arg is not None:
-        return arg
-    return jnp.zeros((1,), jnp.float32)  # unused by "sum"
+def _ties(edge_fn, reduce, src, dst, edge, csr, g, compute, interpret):
+    """Node and edge extras of the max/min cotangent: ``g / ties`` and the extremum per row, and the values.
+
+    Which slots tie is decided among numbers of one evaluation: the values are computed once here (an
+    ``[E, F]`` temporary) and the extremum and tie count are taken over those stored numbers. Comparing against
+    the forward's extremum instead would trust two kernels to round ``edge_fn`` identically, which XLA and
+    Triton do not promise (multiply-add contraction, vectorized transcendentals): a 1-ulp difference would
+    drop the gradient.
+    """
+    num_edges = csr.eid.shape[0] if not edge else edge[0].shape[0]
+    values = gather_compute_forward(_four(edge_fn), src, dst, edge, (), csr, num_edges=num_edges,
+                                    interpret=interpret, out_dtype=compute)
+    ext = gather_reduce_forward(lambda c, r, e, s: e[0], (), (), (values,), (), csr, reduce=reduce,
+                                interpret=interpret)
+    count = gather_reduce_forward(lambda c, r, e, s: e[0] == r[0], (), (ext,), (values,), (), csr, reduce="sum",
+                                  interpret=interpret, out_dtype=compute)
+    return (g / jnp.maximum(count, 1), ext), (values,)
 
 
 def _gather_reduce_bwd(edge_fn, reduce, interpret, res, g):
-    src, dst, kept, csr, rev_csr, arg, encoded = res
-    edge_fn = residuals.frozen(edge_fn, residuals.unflag(encoded, (src, dst, (0,) * len(kept))))
-    g = jnp.zeros(g.aval.shape, g.aval.dtype) if isinstance(g, SymbolicZero) else g
+    src, dst, kept, csr, rev_csr, encoded = res
+    flags = residuals.unflag(encoded, (src, dst, (0,) * len(kept)))
+    edge_fn = residuals.frozen(edge_fn, flags)
     edge = residuals.restore(kept)
-    d_src, d_dst, d_edge = ew.backward(edge_fn, reduce, src, dst, edge, csr, rev_csr, g,
-                                       _aux(reduce, csr, arg), interpret=interpret)
+    g = jnp.zeros(g.aval.shape, g.aval.dtype) if isinstance(g, SymbolicZero) else g
+    width = max(x.shape[1] for x in (*src, *dst, *edge))
+    compute = _dtypes.compute_dtype((g,), integers=False, what=f"gather_reduce({reduce}) gradient")
+    g = g.astype(compute)
+    if reduce == "mean":
+        deg = (csr.indptr[1:] - csr.indptr[:-1])[:, None]
+        g = g / jnp.maximum(deg, 1).astype(compute)
+    node, edge_x = (g,), ()
+    cotangent = lambda y, node, edge_x, ctx: node[0]
+    if reduce in ("max", "min"):
+        node, edge_x = _ties(edge_fn, reduce, src, dst, edge, csr, g, compute, interpret)
+        cotangent = lambda y, node, edge_x, ctx: jnp.where(edge_x[0] == node[1], node[0], 0)
+    need = tuple(any(jax.tree.leaves(f)) for f in flags)
+    fn = lambda c, r, e: jnp.broadcast_to(edge_fn(c, r, e), (*c, *r, *e)[0].shape)
+    d_src, d_dst, d_edge = _pullback.pullback(fn, src, dst, edge, csr, rev_csr, axis=width, compute=compute,
+                                              cotangent=cotangent, node_extras=node, edge_extras=edge_x,
+                                              need=need, interpret=interpret, name=f"gnn_gather_reduce_{reduce}")
     return d_src, d_dst, d_edge, None, None
 
 
 _gather_reduce.defvjp(_gather_reduce_fwd, _gather_reduce_bwd, symbolic_zeros=True)
 
 
-def gather_reduce(edge_fn: ew.EdgeFn, src: tuple, dst: tuple, edge: tuple, csr: CSR, rev_csr: CSR, *,
+def gather_reduce(edge_fn: Callable, src: tuple, dst: tuple, edge: tuple, csr: CSR, rev_csr: CSR, *,
                   reduce: str, interpret: bool = False) -> jax.Array:
-    """``[R, F]`` array: per row of ``csr``, the ``reduce`` of ``edge_fn`` over the row's slots.
+    """Differentiable :func:`gather_reduce_forward` with ``empty="zero"`` and a 3-argument edge function.
 
     Args:
-      edge_fn: lane-wise ``(src_rows, dst_rows, edge_rows) -> [B, F]`` (tuples of float32 ``[B, Fp]``).
-      src, dst, edge: tuples of 2-D operands (widths 1 or F), see the module docstring.
-      csr: forward CSR (rows = destination nodes); rev_csr: reverse CSR (rows = source nodes), used by
-        the backward for source cotangents without atomics.
-      reduce: "sum" | "mean" | "max" | "min"; empty rows give 0.
-      interpret: run the Pallas interpreter (CPU) instead of the Triton kernel.
+      edge_fn: lane-wise ``(src_rows, dst_rows, edge_rows) -> [B, F]`` (tuples of ``[B, Fb]`` tiles).
+      src, dst, edge: the col, row and edge operands (tuples of 2-D arrays, widths 1 or F).
+      csr: forward CSR (rows = destination nodes); rev_csr: reverse CSR (rows = source nodes), which the
+        backward walks for source cotangents without atomics.
+      reduce: "sum" | "mean" | "max" | "min" (max/min split a tie's gradient equally among the tied edges).
     """
-    src, dst, edge = tuple(src), tuple(dst), tuple(edge)
-    return _gather_reduce(edge_fn, reduce, interpret, src, dst, edge, csr, rev_csr)
+    return _gather_reduce(edge_fn, reduce, interpret, tuple(src), tuple(dst), tuple(edge), csr, rev_csr)
 
 
-def gather_reduce_reference(edge_fn: ew.EdgeFn, src: tuple, dst: tuple, edge: tuple, csr: CSR,
+def gather_reduce_reference(edge_fn: Callable, src: tuple, dst: tuple, edge: tuple, csr: CSR,
                             rev_csr: CSR | None = None, *, reduce: str) -> jax.Array:
-    """Pure-jnp reference of :func:`gather_reduce` (same semantics, tie-breaking and gradients)."""
+    """Pure-jnp reference of :func:`gather_reduce` (differentiate it with JAX for the reference gradients)."""
     del rev_csr
-    src, dst, edge = tuple(src), tuple(dst), tuple(edge)
-    vals, rows, valid = ew.reference_slot_values(edge_fn, src, dst, edge, csr)
-    num_rows = csr.num_rows
-    seg = jnp.where(valid, rows, num_rows)  # invalid slots land in a dropped extra segment
-    dtype = ew.result_dtype(src, dst, edge)
-    deg = jax.ops.segment_sum(valid.astype(jnp.float32), seg, num_segments=num_rows + 1)[:num_rows, None]
-    if reduce in ("sum", "mean"):
-        out = jax.ops.segment_sum(vals, seg, num_segments=num_rows + 1)[:num_rows]
-        if reduce == "mean":
-            out = out / jnp.maximum(deg, 1.0)
-        return out.astype(dtype)
-    seg_fn = jax.ops.segment_max if reduce == "max" else jax.ops.segment_min
-    ext = jax.lax.stop_gradient(seg_fn(vals, seg, num_segments=num_rows + 1))
-    eid = csr.eid[:, None]
-    cand = jnp.where(valid[:, None] & (vals == ext[seg]), eid, ew.INT_MAX)
-    arg = jax.ops.segment_min(jax.lax.stop_gradient(cand), seg, num_segments=num_rows + 1)
-    chosen = valid[:, None] & (eid == arg[seg])
-    out = jax.ops.segment_sum(jnp.where(chosen, vals, 0.0), seg, num_segments=num_rows + 1)[:num_rows]
-    return out.astype(dtype)
+    return gather_reduce_forward_reference(_four(edge_fn), tuple(src), tuple(dst), tuple(edge), (), csr,
+                                           reduce=reduce)

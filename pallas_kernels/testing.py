@@ -1,8 +1,9 @@
 """Test helpers shared by the kernel test files: awkward random graphs, tolerances, assertions.
 
 Lives in the package (not tests/) so several test modules can import it without a shared conftest.
-Tolerances: float32 kernels accumulate in float32 like the references -> 1e-4 (grads 2e-4, summation
-order differs); bfloat16 outputs are rounded to 8 mantissa bits -> 3e-2 (grads 5e-2).
+Tolerances are relative per dtype: kernels accumulate in float32 (float64 for float64 operands) like the
+references but in another order -> 1e-4 (grads 2e-4); float64 -> 1e-10; outputs rounded to bfloat16 (8
+mantissa bits) -> 3e-2 (grads 5e-2), to float16 (11 bits) -> 4e-3 (grads 8e-3).
 """
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import numpy as np
 
 from pallas_kernels.csr import build_csr_jax, build_csr_numpy
 
-TOL = {jnp.float32: dict(atol=1e-4, rtol=1e-4), jnp.bfloat16: dict(atol=3e-2, rtol=3e-2)}
-GTOL = {jnp.float32: dict(atol=2e-4, rtol=2e-4), jnp.bfloat16: dict(atol=5e-2, rtol=5e-2)}
+TOL = {jnp.float32: dict(atol=1e-4, rtol=1e-4), jnp.bfloat16: dict(atol=3e-2, rtol=3e-2),
+       jnp.float16: dict(atol=4e-3, rtol=4e-3), jnp.float64: dict(atol=1e-10, rtol=1e-10)}
+GTOL = {jnp.float32: dict(atol=2e-4, rtol=2e-4), jnp.bfloat16: dict(atol=5e-2, rtol=5e-2),
+        jnp.float16: dict(atol=8e-3, rtol=8e-3), jnp.float64: dict(atol=1e-10, rtol=1e-10)}
 
 
-def make_graph(rng, num_nodes=24, num_edges=60, hub=200, dups=8, pads=10, isolated=4, builder="numpy"):
+def make_graph(rng, num_nodes=24, num_edges=60, hub=200, dups=8, pads=10, isolated=4, builder="numpy",
+               segment_slots=None):
     """(senders, receivers, valid, fwd CSR, rev CSR). Nodes >= num_nodes - isolated get no in-edges."""
     recv_hi = num_nodes - isolated
     s = rng.integers(0, num_nodes, num_edges)
@@ -28,7 +32,7 @@ def make_graph(rng, num_nodes=24, num_edges=60, hub=200, dups=8, pads=10, isolat
     perm = rng.permutation(len(s))
     s, r, valid = s[perm], r[perm], valid[perm]
     build = build_csr_numpy if builder == "numpy" else build_csr_jax
-    fwd, rev = build(s, r, num_nodes, valid)
+    fwd, rev = build(s, r, num_nodes, valid, segment_slots=segment_slots)
     fwd, rev = jax.tree.map(jnp.asarray, fwd), jax.tree.map(jnp.asarray, rev)
     return s, r, valid, fwd, rev
 
@@ -43,7 +47,9 @@ def assert_finite(*xs):
 
 
 def assert_close(a, b, tol):
-    np.testing.assert_allclose(np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32)), **tol)
+    """Equal within ``tol``, NaN where the other is NaN (float64 compared in float64)."""
+    wide = jnp.float64 if a.dtype == jnp.float64 else jnp.float32
+    np.testing.assert_allclose(np.asarray(a.astype(wide)), np.asarray(b.astype(wide)), **tol)
 
 
 def grads(f, args, cot):
@@ -51,6 +57,6 @@ def grads(f, args, cot):
 
 
 def f32(args):
-    """The reference runs on float32 copies: differentiating it at bfloat16 would accumulate the
-    transposed gathers (scatter-adds) in bfloat16, which is less exact than the kernels' float32."""
-    return tuple(x.astype(jnp.float32) for x in args)
+    """The reference runs on float32 copies (float64 stays): differentiating it at bfloat16 would accumulate
+    the transposed gathers (scatter-adds) in bfloat16, which is less exact than the kernels' float32."""
+    return tuple(x if x.dtype == jnp.float64 else x.astype(jnp.float32) for x in args)

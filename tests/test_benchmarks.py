@@ -36,6 +36,14 @@ def test_every_expected_row_has_a_status(quick_run):
         assert isinstance(r["status"], str) and r["status"], r
 
 
+def test_no_row_errors(quick_run):
+    """Every row is measured, skipped or unavailable: an error or OOM row is a failure of the harness or jgnn."""
+    _, result = quick_run
+    failed = [(r["suite"], r["model"], r["dataset"], r["system"], r["mode"], r["status"][:200])
+              for r in result["rows"] if r["status"].startswith(("error", "OOM"))]
+    assert not failed, failed
+
+
 def test_row_table_covers_the_issue():
     rows = set(suites.expected_rows(["all"]))
     assert {r[0] for r in rows} == {"graphiler", "ugcg", "hector", "seastar", "micro"}

@@ -44,7 +44,9 @@ def test_gather_reduce_lowers(reduce, width, dtype):
         out = pk.gather_reduce(_edge_fn, (x, a), (x,), (w,), fwd, rev, reduce=reduce)
         return jnp.sum(out.astype(jnp.float32))
 
-    assert _count_triton(f, x, a, w) == 3  # forward, src-walk backward, dst-walk backward
+    # forward, src-walk and dst-walk backward; max/min first evaluate the messages and take their extremum and
+    # tie count (three more). This small CSR has no split rows, so no combine kernels.
+    assert _count_triton(f, x, a, w) == (3 if reduce in ("sum", "mean") else 6)
 
 
 @pytest.mark.parametrize("width,dtype", [(7, jnp.float32), (41, jnp.bfloat16), (602, jnp.float32)])

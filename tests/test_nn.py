@@ -119,16 +119,7 @@ def _assert_close(actual, expected, rtol=1e-5):
     jax.tree_util.tree_map(functools.partial(np.testing.assert_allclose, rtol=rtol, atol=rtol), actual, expected)
 
 
-# Compiler bug (reported to the lead; minimal reproducer in the nn branch report): on the Pallas path a bool
-# edge feature read inside a fused region arrives as float32, so `jnp.where(edge["keep"], ...)` raises
-# "select `which` must be boolean" (and `~edge["new"]` "not does not accept float32"). These layers mask the
-# existing self-loops they replace with bool edge flags.
-BOOL_EDGE_BUG = pytest.mark.xfail(strict=True, raises=TypeError,
-                                  reason="compiler bug: bool edge features become float32 in Pallas fused regions")
-PALLAS_BOOL_EDGE_CASES = {"appnp", "gat", "gat_edge_residual", "gatv2_edge", "gcn"}
-BACKEND_CASES = [pytest.param(name, backend, id=f"{name}-{backend}",
-                              marks=[BOOL_EDGE_BUG] if backend == "pallas_interpret" and name in PALLAS_BOOL_EDGE_CASES
-                              else [])
+BACKEND_CASES = [pytest.param(name, backend, id=f"{name}-{backend}")
                  for name in sorted(CASES) for backend in ("xla", "pallas_interpret")]
 
 

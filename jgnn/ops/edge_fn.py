@@ -60,6 +60,7 @@ class RegionFn(EdgeFn):
     def apply(self, rows, *, lanes=False):
         env = {v.id: x for v, x in zip(self.inputs, rows, strict=True)}
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
+        tile = next((np.shape(x) for x in rows if np.ndim(x) == 2), None) if lanes else None
 
         def read(a):
             return a.value if isinstance(a, ir.Const) else env[a.id]
@@ -67,8 +68,9 @@ class RegionFn(EdgeFn):
         for op in self.ops:
             args = [read(a) for a in op.inputs]
             if lanes and op.prim in facts.SHAPE_ONLY:
-                # On [B, W] tiles a unit-axis reshape is the identity, and the kernel already broadcast shared rows.
-                out = args[0]
+                # On [B, W] tiles a unit-axis reshape is the identity, and the kernel already broadcast shared rows;
+                # a scalar the region itself made (a literal) still has to become a tile.
+                out = jnp.broadcast_to(args[0], tile) if np.ndim(args[0]) == 0 else args[0]
             elif block != self.rows and op.outputs[0].shape[:1] == (self.rows,):
                 out = compat.bind(op.prim, facts.resize(op, block), args)
             else:
@@ -140,8 +142,10 @@ class Vjp(EdgeFn):
         with_rows = [x for x, w in zip(known + cts, [self.whole[k] for k in kept] + list(self.whole[self.base.n_in:]),
                                        strict=True) if not w]
         block = np.shape(with_rows[0])[0]
-        zeros = [jnp.zeros(self.shapes[k].shape if self.whole[k] else (block,) + tuple(self.shapes[k].shape),
-                           self.shapes[k].dtype) for k in self.wrt]
+        # On kernel tiles every operand has the tile's shape (lanes=True); otherwise its own trailing shape.
+        shape = lambda k: (np.shape(with_rows[0]) if lanes else (block,) + tuple(self.shapes[k].shape))
+        zeros = [jnp.zeros(self.shapes[k].shape if self.whole[k] and not lanes else shape(k), self.shapes[k].dtype)
+                 for k in self.wrt]
         it = iter(known)
         args = [None] * self.base.n_in
         for k in range(self.base.n_in):
@@ -344,6 +348,8 @@ class Pruned(EdgeFn):
         for k, s, w in zip(self.keep, self.shapes, self.whole, strict=True):
             if k:
                 args.append(next(it))
+            elif lanes and with_rows:  # kernel tiles: every operand has the tile's shape
+                args.append(jnp.zeros(np.shape(with_rows[0]), s.dtype))
             else:
                 args.append(jnp.zeros(s.shape if w or block is None else (block,) + tuple(s.shape), s.dtype))
         return self.base.apply(args, lanes=lanes)

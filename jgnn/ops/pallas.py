@@ -1,13 +1,18 @@
-"""The Pallas lowering of edge ops: `pallas_kernels` walking a CSR, the edge function evaluated on lane tiles.
+"""The Pallas lowering of edge ops: `pallas_kernels` walking a CSR, the edge function evaluated on kernel tiles.
 
-The kernels take 2-D operands ``[rows, w]`` with ``w`` 1 or the message width ``F`` (attention: ``[*, H]`` or
-``[*, H, Dk]``), pad lanes with zeros to a power of two and hand the edge function float tiles (`EdgeFn`'s
-``lanes=True`` contract). `eligible` says whether an op fits that contract, and if not, why (its `Reason` and
-parameters), in which case `jgnn.ops.lowering` runs it on XLA. One kernel walk per op, forward only: the
-derivatives of an edge op are edge ops (`jgnn.ops.edge_op`), lowered here again.
+`eligible` says whether an op fits the kernels' contracts, and if not, why (a `Reason` and parameters), in which
+case `jgnn.ops.lowering` runs it on XLA:
+
+* gather kernels (sum, mean, max, min over destinations or sources; one value per edge): operands are flattened to
+  2-D ``[rows, w]`` with ``w`` 1 or the message width, and the edge function must be *lane-wise* on those
+  flattened rows (elementwise ops, and shape ops that only move unit axes, run as the identity:
+  ``EdgeFn.apply(lanes=True)``);
+* the attention kernel (softmax-weighted sums): operands are ``[*, H]`` or ``[*, H, Dk]`` tiles zero-padded to
+  powers of two; the scores are elementwise ops plus sums over the last axis that zero padding cannot change, and
+  the values are one ``[*, H, D]`` operand times per-head factors (``α[..., None] * v``, dropout masks).
 
 Groups map to the kernels' operands by the walk: over destinations (the forward CSR) source operands are the
-gathered ``col`` rows and destination operands the ``row``; over sources (the reverse CSR) the roles swap.
+``col`` rows and destination operands the ``row``; over sources (the reverse CSR) the roles swap.
 """
 
 from __future__ import annotations
@@ -17,15 +22,19 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from jgnn import facts
+from jgnn import compat, facts, ir
 from jgnn.ops import edge_fn as ef
 from jgnn.ops import edge_op as eo
 from jgnn.ops.gather import normalize
 from jgnn.report import Reason
 from jgnn.roles import Group
 
-_FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+_KERNEL_DTYPES = frozenset(map(np.dtype, (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64, jnp.int32,
+                                          jnp.bool_)))
+_FLOAT = frozenset(map(np.dtype, (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)))
+_UNIT_SHAPE = frozenset({lax.broadcast_in_dim_p, lax.reshape_p, lax.squeeze_p, lax.convert_element_type_p})
 
 
 def _base_region(fn: ef.EdgeFn) -> ef.RegionFn | None:
@@ -41,72 +50,180 @@ def _squeezed(shape) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
 
 
-def _lane_op(op, region: ef.RegionFn, softmax: bool) -> bool:
+def _lane_op(op, region: ef.RegionFn) -> bool:
+    """Lane-wise on flattened rows: elementwise, or a shape op that only moves unit axes (or broadcasts a
+    per-row scalar or a shared value, which the kernel has broadcast already)."""
     if facts.is_elementwise(op.prim):
         return True
     if op.prim in facts.SHAPE_ONLY:
         x = op.inputs[0]
-        return x.ndim == 0 or _squeezed(x.shape[1:]) in ((), _squeezed(op.outputs[0].shape[1:])) or (
-            any(x is v for v, w in zip(region.inputs, region.whole, strict=True) if w))
-    return softmax and op.prim.name == "reduce_sum"
+        shared = any(x is v for v, w in zip(region.inputs, region.whole, strict=True) if w)
+        return shared or x.ndim <= 1 or _squeezed(x.shape[1:]) in ((), _squeezed(op.outputs[0].shape[1:]))
+    return False
+
+
+def _zero_safe(ops, zero: set[int]) -> bool:
+    """Whether zero-padded lanes leave every ``reduce_sum`` over feature axes unchanged: track the values that
+    are zero there (operands are; products with such a factor; sums and differences of them; their shape moves)."""
+    is_zero = lambda a: isinstance(a, ir.Value) and a.id in zero
+    for op in ops:
+        a = op.inputs
+        if op.prim is lax.reduce_sum_p:
+            if not is_zero(a[0]):
+                return False
+            ok = True
+        elif op.prim in (lax.reduce_max_p, lax.reduce_min_p, lax.argmax_p, lax.argmin_p):
+            return False
+        elif op.prim is lax.mul_p:
+            ok = any(map(is_zero, a))
+        elif op.prim in (lax.add_p, lax.sub_p):
+            ok = all(map(is_zero, a))
+        elif op.prim is lax.div_p:
+            ok = is_zero(a[0]) and isinstance(a[1], ir.Const) and np.all(np.asarray(a[1].value) != 0)
+        else:
+            ok = (op.prim in _UNIT_SHAPE or op.prim is lax.neg_p) and is_zero(a[0])
+        if ok:
+            zero.add(op.outputs[0].id)
+    return True
+
+
+def _cone(region: ef.RegionFn, out: ir.Atom) -> list:
+    """The region's ops ``out`` depends on, in order."""
+    need = {out.id} if isinstance(out, ir.Value) else set()
+    ops = []
+    for op in reversed(region.ops):
+        if any(v.id in need for v in op.outputs):
+            ops.append(op)
+            need.update(a.id for a in op.inputs if isinstance(a, ir.Value))
+    return ops[::-1]
+
+
+def _kernel_trailing(trailing: tuple[int, ...], heads: int) -> tuple[int, ...] | None:
+    """An attention operand's trailing shape (unit axes squeezed) as the kernel takes it: ``(H,)`` for per-row
+    scalars and per-head factors, ``(H, Dk)`` for vectors per head (with one head the head axis may be absent);
+    None when it is neither."""
+    if not trailing:
+        return (heads,)
+    if heads == 1:
+        return (1,) + trailing if len(trailing) == 1 else None
+    return trailing if trailing[0] == heads and len(trailing) <= 2 else None
+
+
+def _heads(score_aval) -> int | None:
+    """The number of heads of ``[E, H]`` scores (unit axes aside; one head for ``[E]`` or ``[E, 1]``)."""
+    squeezed = _squeezed(score_aval.shape[1:])
+    return squeezed[0] if len(squeezed) == 1 else 1 if not squeezed else None
+
+
+def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | None:
+    """None when the attention kernel can evaluate ``region`` on its padded tiles: scores from elementwise ops and
+    sums over the last axis that zero padding cannot change, values a product of one ``[*, H, D]`` operand with
+    per-head factors and broadcasts (unit axes aside)."""
+    scores, msg = region.outputs
+    score_ops = _cone(region, scores)
+    inputs = {v.id for v in region.inputs}
+    made_by = {v.id: op for op in region.ops for v in op.outputs}
+    values = []
+
+    def walk(a) -> bool:
+        if isinstance(a, ir.Const):
+            return True
+        if a.id in inputs:
+            kernel = _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
+            if kernel is not None and len(kernel) == 2:
+                values.append(a)
+            return kernel is not None
+        op = made_by[a.id]
+        if op.prim is lax.mul_p:
+            return all(walk(x) for x in op.inputs)
+        if op.prim is lax.broadcast_in_dim_p and isinstance(op.inputs[0], ir.Const):
+            return True
+        if op.prim in _UNIT_SHAPE:
+            return walk(op.inputs[0])
+        return False
+
+    kernel = _kernel_trailing(_squeezed(msg.shape[1:]), heads)
+    if not walk(msg) or len(values) != 1 or kernel is None or len(kernel) != 2:
+        return Reason.NOT_LANEWISE, {"prim": "values that are not one [E, H, D] operand times per-head factors"}
+    for op in score_ops:
+        if not (facts.is_elementwise(op.prim) or op.prim in _UNIT_SHAPE or op.prim is lax.reduce_sum_p):
+            return Reason.NOT_LANEWISE, {"prim": op.name}
+    if not _zero_safe(score_ops, inputs):
+        return Reason.NOT_ZERO_PADDING_SAFE, {}
+    return None
 
 
 def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
     """None when the kernels can run ``spec``; else (reason, report parameters)."""
     region = _base_region(spec.fn)
-    if region is None or isinstance(spec.fn, ef.Batched):
-        return Reason.NOT_LANEWISE, {"prim": "derived edge function"}
+    if region is None or isinstance(spec.fn, ef.Batched | ef.PyFn):
+        return Reason.NOT_LANEWISE, {"prim": "a derived or batched edge function"}
     if spec.over == Group.ALL or spec.hits:
         return Reason.NOT_LANEWISE, {"prim": "shared cotangent" if spec.over == Group.ALL else "extremum mask"}
-    softmax = spec.reduce == eo.Reduce.SOFTMAX
-    for o in region.ops:
-        if not _lane_op(o, region, softmax) or o.prim.multiple_results:
-            return Reason.NOT_LANEWISE, {"prim": o.name}
     for a in operand_avals:
-        if jnp.dtype(a.dtype) not in [jnp.dtype(t) for t in _FLOATS]:
-            return Reason.UNSUPPORTED_DTYPE, {"dtype": str(jnp.dtype(a.dtype))}
+        if np.dtype(a.dtype) not in _KERNEL_DTYPES:
+            return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(a.dtype))}
     msgs = eo.message_avals(spec, operand_avals)
-    for m in msgs:
-        if jnp.dtype(m.dtype) not in [jnp.dtype(t) for t in _FLOATS]:
-            return Reason.UNSUPPORTED_DTYPE, {"dtype": str(jnp.dtype(m.dtype))}
-    if softmax:
-        heads = msgs[0].shape[1:]
-        if len(heads) != 1 or msgs[1].shape[1:2] != heads:
-            return Reason.NOT_LANEWISE, {"prim": "scores not [E, H]"}
+    if spec.reduce == eo.Reduce.SOFTMAX:
+        if spec.fn is not region:
+            return Reason.NOT_LANEWISE, {"prim": "a derived attention function"}
+        heads = _heads(msgs[0])
+        if heads is None:
+            return Reason.NOT_LANEWISE, {"prim": f"scores of shape {msgs[0].shape[1:]}"}
+        why = attention_fits(region, heads)
+        if why is not None:
+            return why
+        for a, g in zip(operand_avals, spec.groups, strict=True):
+            trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
+            if _kernel_trailing(trailing, heads) is None:
+                return Reason.NOT_LANEWISE, {"prim": f"attention operand of trailing shape {trailing}"}
+        if any(np.dtype(m.dtype) not in _FLOAT for m in msgs):
+            return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(msgs[0].dtype))}
         return None
+    for op in region.ops:
+        if not _lane_op(op, region) or op.prim.multiple_results or op.prim in compat.CUSTOM_CALLS:
+            return Reason.NOT_LANEWISE, {"prim": op.name}
+    out_dtypes = {np.dtype(m.dtype) for m in msgs}
+    if not out_dtypes <= (_FLOAT | {np.dtype(np.int32)}):
+        return Reason.UNSUPPORTED_DTYPE, {"dtype": ",".join(sorted(map(str, out_dtypes)))}
+    if spec.reduce == eo.Reduce.MEAN and out_dtypes - _FLOAT:
+        return Reason.UNSUPPORTED_DTYPE, {"dtype": "int32 mean"}
     width = int(np.prod(msgs[0].shape[1:], dtype=np.int64))
-    for a, g in zip(operand_avals, spec.groups, strict=True):
-        w = int(np.prod(a.shape if g == Group.SHARED else a.shape[1:], dtype=np.int64))
-        if w not in (1, width):
-            return Reason.NOT_LANEWISE, {"prim": f"operand width {w} against messages of width {width}"}
-    if len(msgs) != 1 + (spec.reduce == eo.Reduce.MEAN):
+    widths = [int(np.prod(a.shape if g == Group.SHARED else a.shape[1:], dtype=np.int64))
+              for a, g in zip(operand_avals, spec.groups, strict=True)]
+    if any(w not in (1, width) for w in widths) or (width > 1 and width not in widths):
+        return Reason.NOT_LANEWISE, {"prim": f"operand widths {sorted(set(widths))} for messages of width {width}"}
+    if len(msgs) != 1:
         return Reason.NOT_LANEWISE, {"prim": "several messages"}
     return None
 
 
-def _csrs(spec: eo.EdgeSpec, src_ids, dst_ids, layout, operand_rows):
-    """(walk CSR, the walk's row count) for the op's ``over`` group: from the layout, or sorted here."""
-    from jgnn.layout import in_program
+# ---- run --------------------------------------------------------------------------------------------------
+
+def _csr(spec: eo.EdgeSpec, over: Group, src_ids, dst_ids, layout, rows_of):
+    """The CSR of the walk over ``over``'s rows: from the layout, or sorted here (dropped edges excluded)."""
+    import pallas_kernels as pk
 
     if spec.layout:
         lay = jax.tree_util.tree_unflatten(spec.layout_tree, layout)
-        return (lay.rev_csr if spec.over == Group.SRC else lay.csr), spec.num_segments
+        return lay.rev_csr if over == Group.SRC else lay.csr
     n = spec.num_segments
-    over_ids = src_ids if spec.over == Group.SRC else dst_ids
-    other = dst_ids if spec.over == Group.SRC else src_ids
-    other_rows = operand_rows.get(Group.DST if spec.over == Group.SRC else Group.SRC, n)
-    col = normalize(other, other_rows, wrap=spec.wrap)
-    if spec.raw_over:
-        valid = (over_ids >= 0) & (over_ids < n)
-        rows = jnp.where(valid, over_ids, 0)
+    over_ids, other = (src_ids, dst_ids) if over == Group.SRC else (dst_ids, src_ids)
+    other_group = Group.DST if over == Group.SRC else Group.SRC
+    col = normalize(other, rows_of.get(other_group, n), wrap=spec.wrap)
+    if spec.raw_over and spec.reduce != eo.Reduce.NONE:
+        rows = over_ids  # out-of-range rows are dropped by the builder, as segment ops drop them
     else:
-        rows, valid = normalize(over_ids, n, wrap=spec.wrap), jnp.ones(over_ids.shape, bool)
-    fwd, _ = in_program(col, rows, n, valid)  # rows by `rows`, col the other endpoint
-    return fwd, n
+        rows = normalize(over_ids, n, wrap=spec.wrap)
+    csr, _ = pk.build_csr_jax(col, rows, n)
+    return csr
 
 
-def _as_2d(x, group: Group):
-    return jnp.reshape(x, (1, -1)) if group == Group.SHARED else jnp.reshape(x, (x.shape[0], -1))
+def _tile(x, dtype):
+    """A kernel tile back in the operand's own dtype (the kernels hand the edge function compute-dtype tiles)."""
+    if np.dtype(dtype) == np.bool_:
+        return x != 0
+    return x.astype(dtype)
 
 
 def run(*args, spec: eo.EdgeSpec) -> list:
@@ -116,52 +233,119 @@ def run(*args, spec: eo.EdgeSpec) -> list:
     interpret = spec.backend == "pallas_interpret"
     rows_of = {g: x.shape[0] for x, g in zip(operands, spec.groups, strict=True) if g in (Group.SRC, Group.DST)}
     over = Group.DST if spec.reduce == eo.Reduce.NONE else spec.over
-    csr, n = _csrs(spec.replace(over=over) if spec.reduce == eo.Reduce.NONE else spec, src_ids, dst_ids, layout,
-                   rows_of)
+    csr = _csr(spec, over, src_ids, dst_ids, layout, rows_of)
     col_group, row_group = (Group.DST, Group.SRC) if over == Group.SRC else (Group.SRC, Group.DST)
-    slots = {g: [k for k, gg in enumerate(spec.groups) if gg == g]
-             for g in (col_group, row_group, Group.EDGE, Group.SHARED)}
-    softmax = spec.reduce == eo.Reduce.SOFTMAX
-    shape_of = [x.shape[1:] if g != Group.SHARED else x.shape for x, g in zip(operands, spec.groups, strict=True)]
+    slots = {g: [k for k, gg in enumerate(spec.groups) if gg == g] for g in (col_group, row_group, Group.EDGE,
+                                                                             Group.SHARED)}
+    n = spec.num_segments if spec.reduce != eo.Reduce.NONE else rows_of.get(Group.DST, spec.num_segments)
+    msgs = eo.message_avals(spec, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in operands])
 
-    def edge_fn(col, row, edge, shared):
+    def place(col, row, edge, shared):
         tiles = [None] * len(spec.groups)
         for group, vals in ((col_group, col), (row_group, row), (Group.EDGE, edge), (Group.SHARED, shared)):
             for k, t in zip(slots[group], vals, strict=True):
-                tiles[k] = t
-        if softmax:  # the region was traced with [B, H(, Dk)] rows: hand it rows of that shape
-            tiles = [jnp.reshape(t, (t.shape[0],) + tuple(_padded(shape_of[k], t))) for k, t in enumerate(tiles)]
-        outs = spec.fn.apply(tiles, lanes=not softmax)
-        return tuple(outs) if softmax else outs[0]
+                tiles[k] = _tile(t, operands[k].dtype)
+        return tiles
 
-    def pick(group):
-        return tuple(_as_2d(operands[k], group) if not softmax else operands[k] for k in slots[group])
+    if spec.reduce == eo.Reduce.SOFTMAX:
+        return _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret)
 
+    def edge_fn(col, row, edge, shared):
+        (y,) = spec.fn.apply(place(col, row, edge, shared), lanes=True)
+        return y
+
+    flat = lambda k: jnp.reshape(operands[k], (1, -1) if spec.groups[k] == Group.SHARED else
+                                 (operands[k].shape[0], -1))
+    pick = lambda g: tuple(flat(k).astype(jnp.int32) if operands[k].dtype == jnp.bool_ else flat(k)
+                           for k in slots[g])
     col, row, edge, shared = pick(col_group), pick(row_group), pick(Group.EDGE), pick(Group.SHARED)
-    msgs = eo.message_avals(spec, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in operands])
-    if softmax:
-        out, m, l = pk.attention_forward(edge_fn, col, row, edge, shared, csr, heads=msgs[0].shape[1],
-                                         interpret=interpret)
-        stat = eo.accumulation_dtype(msgs[0].dtype)
-        dtype = jnp.result_type(msgs[0].dtype, msgs[1].dtype)
-        return [out.reshape((n,) + msgs[1].shape[1:]).astype(dtype), m.astype(stat), l.astype(stat)]
     (msg,) = msgs[:1]
+    width = math.prod(msg.shape[1:])
     if spec.reduce == eo.Reduce.NONE:
         out = pk.gather_compute_forward(edge_fn, col, row, edge, shared, csr, num_edges=spec.num_edges,
-                                        interpret=interpret)
-        return [out[:, :math.prod(msg.shape[1:])].reshape(msg.shape).astype(msg.dtype)]
+                                        interpret=interpret, out_dtype=msg.dtype)
+        return [jnp.broadcast_to(out, (spec.num_edges, width)).reshape(msg.shape)]
     kind = {eo.Reduce.SUM: "sum", eo.Reduce.MEAN: "mean", eo.Reduce.MAX: "max", eo.Reduce.MIN: "min"}[spec.reduce]
-    out = pk.gather_reduce_forward(edge_fn, col, row, edge, shared, csr, reduce=kind, empty=spec.empty,
-                                   interpret=interpret)
-    width = math.prod(msg.shape[1:])
     dtype = eo.mean_dtype(msg.dtype) if kind == "mean" else msg.dtype
-    result = [out[:, :width].reshape((n,) + msg.shape[1:]).astype(dtype)]
+    out = pk.gather_reduce_forward(edge_fn, col, row, edge, shared, csr, reduce=kind, empty=spec.empty,
+                                   interpret=interpret, out_dtype=dtype)
+    result = [jnp.broadcast_to(out, (n, width)).reshape((n,) + msg.shape[1:])]
     if kind == "mean":
-        degree = (csr.indptr[1:] - csr.indptr[:-1]).astype(eo._count_dtype(msg.dtype))
-        result.append(degree)
+        result.append((csr.indptr[1:] - csr.indptr[:-1]).astype(eo._count_dtype(msg.dtype)))
     return result
 
 
-def _padded(shape, tile):
-    """The trailing shape a kernel tile of ``tile`` has for an operand of trailing ``shape``."""
-    return tile.shape[1:] if len(tile.shape) - 1 == len(shape) else shape
+def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret):
+    import pallas_kernels as pk
+
+    region = spec.fn
+    heads = _heads(msgs[0])
+    traced = [tuple(v.shape) if w else tuple(v.shape[1:]) for v, w in zip(region.inputs, region.whole, strict=True)]
+
+    def per_head(k):
+        """The operand as the kernel takes it: ``[rows, H]`` or ``[rows, H, Dk]`` (a scalar per row broadcast)."""
+        x = operands[k]
+        shared = spec.groups[k] == Group.SHARED
+        rows = 1 if shared else x.shape[0]
+        trailing = _squeezed(x.shape if shared else x.shape[1:])
+        x = jnp.reshape(x, (rows,) + trailing)
+        return jnp.broadcast_to(x[:, None], (rows, heads)) if not trailing else \
+            jnp.reshape(x, (rows,) + _kernel_trailing(trailing, heads))
+
+    def as_traced(tile, shape):
+        """A kernel tile with the rank the region was traced with (unit axes put back; a per-row scalar is its
+        first column; with one head the head axis goes)."""
+        core = tile[:, 0] if heads == 1 or not _squeezed(shape) else tile
+        dims = iter(core.shape[1:])
+        return jnp.reshape(core, (core.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
+
+    def edge_fn(col, row, edge, shared):
+        tiles = [as_traced(t, shape) for t, shape in zip(place(col, row, edge, shared), traced, strict=True)]
+        block = tiles[0].shape[0]
+        env = {v.id: t for v, t in zip(region.inputs, tiles, strict=True)}
+        read = lambda a: a.value if isinstance(a, ir.Const) else env[a.id]
+        for op in region.ops:
+            env[op.outputs[0].id] = _tile_op(op, [read(a) for a in op.inputs], block)
+        scores, values = (read(a) for a in region.outputs)
+        scores = jnp.reshape(scores, (block, -1))
+        values = jnp.reshape(values, (block, scores.shape[1], -1))
+        return scores, values
+
+    pick = lambda g: tuple(per_head(k) for k in slots[g])
+    out, m, l = pk.attention_forward(edge_fn, pick(col_group), pick(row_group), pick(Group.EDGE),
+                                     pick(Group.SHARED), csr, heads=heads, interpret=interpret,
+                                     out_dtype=jnp.result_type(msgs[0].dtype, msgs[1].dtype))
+    stat = eo.accumulation_dtype(msgs[0].dtype)
+    return [out.reshape((n,) + msgs[1].shape[1:]), m.reshape((n,) + msgs[0].shape[1:]).astype(stat),
+            l.reshape((n,) + msgs[0].shape[1:]).astype(stat)]
+
+
+def _tile_op(op, ins, block: int):
+    """One region op on padded tiles that keep the traced rank: elementwise ops as they are; a shape op keeps the
+    tile's sizes on its non-unit axes (a broadcast along a padded axis is left to the next elementwise op, which
+    broadcasts the unit axis)."""
+    if op.prim in (lax.broadcast_in_dim_p, lax.reshape_p, lax.squeeze_p):
+        x = jnp.asarray(ins[0])
+        traced_in, traced_out = op.inputs[0].shape, op.outputs[0].shape
+        if op.prim is lax.broadcast_in_dim_p:
+            dims = tuple(op.params["broadcast_dimensions"])
+            if x.ndim == len(traced_in) + 1:
+                dims = (0,) + dims  # a shared operand's tile keeps a leading row axis of its own
+            target = [1] * len(traced_out)
+            for j, d in enumerate(dims):
+                target[d] = x.shape[j] if x.ndim else 1
+            if traced_out and 0 not in dims:
+                target[0] = 1  # a shared value along the rows: broadcast by the next op
+            return jnp.reshape(x, tuple(target)) if x.ndim else jnp.broadcast_to(x, tuple(target))
+        sizes = iter([s for s, t in zip(x.shape, traced_in, strict=True) if t != 1 or s != 1])
+        target = [next(sizes) if t != 1 else 1 for t in traced_out]
+        return jnp.reshape(x, tuple(target))
+    if op.prim is lax.reduce_sum_p:
+        return jnp.sum(ins[0], axis=tuple(op.params["axes"]))
+    if op.prim is lax.convert_element_type_p:
+        return jnp.asarray(ins[0]).astype(op.params["new_dtype"])
+    if len(ins) > 1 and facts.is_elementwise(op.prim):
+        # Unit axes left by the shape ops above broadcast here (lax ops such as select_n do not broadcast).
+        shape = jnp.broadcast_shapes(*(np.shape(x) for x in ins))
+        ins = [x if np.ndim(x) == 0 else jnp.broadcast_to(x, shape) for x in ins]
+    return op.run(*ins)[0]

@@ -12,6 +12,7 @@ from jgnn.passes import broadcast_reorder, canonicalize, cleanup, fusion, linear
 from jgnn.passes.context import Context
 
 PIPELINE = (
+    ("fold", cleanup.fold),
     ("canonicalize", canonicalize.run),
     ("dce", cleanup.dce),
     ("linear_split", linear_split.run),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
-from jgnn import facts, ir
+from jgnn import compat, facts, ir
 from jgnn.passes.context import Builder, Context
 from jgnn.report import Pass, Reason
 
@@ -50,6 +51,27 @@ def cse(program: ir.Program, ctx: Context) -> ir.Program:
         b.emit(op)
     if merged:
         ctx.applied(Pass.CSE, Reason.MERGED_DUPLICATES, count=merged)
+    return b.finish()
+
+
+def fold(program: ir.Program, ctx: Context) -> ir.Program:
+    """Evaluate ops on literal scalars now (the index arithmetic JAX writes around ``W[t]``: ``0 < 0``,
+    ``0 + n``) and use their values as literals."""
+    b = Builder(program, ctx)
+    folded = 0
+    for op in program.ops:
+        op.inputs = tuple(b.read(a) for a in op.inputs)
+        if (op.inputs and all(isinstance(a, ir.Const) for a in op.inputs) and len(op.outputs) == 1
+                and op.outputs[0].ndim == 0 and not op.effects and not op.prim.multiple_results
+                and op.prim not in (compat.CUSTOM_JVP, compat.CUSTOM_VJP)):
+            with jax.ensure_compile_time_eval():  # plans are built inside the caller's trace
+                value = np.asarray(op.run(*(a.value for a in op.inputs))[0])
+            b.alias(op.outputs[0], ir.Const(value))
+            folded += 1
+            continue
+        b.emit(op)
+    if folded:
+        ctx.applied(Pass.CSE, Reason.FOLDED_CONSTANTS, count=folded)
     return b.finish()
 
 

@@ -36,7 +36,7 @@ _REDUCE = {"sum": Reduce.SUM, "mean": Reduce.MEAN, "max": Reduce.MAX, "min": Red
 # Ops a region may hold besides elementwise ones: they keep rows apart.
 _REGION_SHAPE_OPS = frozenset(compat.primitives("broadcast_in_dim reshape squeeze expand_dims transpose "
                                                "reduce_sum reduce_max reduce_min concatenate slice"))
-_DIAGONAL = frozenset(compat.primitives("broadcast_in_dim reshape squeeze expand_dims convert_element_type"))
+_UNIT_RESHAPES = frozenset(compat.primitives("reshape squeeze expand_dims"))
 
 
 @dataclasses.dataclass
@@ -251,19 +251,39 @@ def _extra_avals(spec: EdgeSpec, operands) -> list:
 
 # ---- attention -------------------------------------------------------------------------------------------------
 
+def _nonunit(shape) -> list[int]:
+    return [i for i, d in enumerate(shape) if d != 1]
+
+
 def _alpha_path(region: Region, alpha: ir.Value, msg: ir.Value) -> bool:
-    """Whether ``msg`` is linear and diagonal in ``alpha``: every op on the path from ``alpha`` is a product with
-    one factor on the path, or moves unit axes / broadcasts trailing axes; and ``msg`` starts with α's shape."""
-    on_path = {alpha.id}
+    """Whether ``msg`` is ``α[..., None] · V`` as the edge op computes it (α with trailing axes appended, broadcast),
+    for ``V`` the path with α replaced by ones: every op from ``α`` to ``msg`` is a product with one factor on the
+    path, a dtype cast, a broadcast, or a reshape that only adds or drops unit axes; and α's non-unit axes end where
+    they started. Positions are tracked on the axes after the edge axis."""
+    home = tuple(_nonunit(alpha.shape[1:]))
+    where = {alpha.id: home}
     for op in region.ops:
-        hits = [isinstance(a, ir.Value) and a.id in on_path for a in op.inputs]
+        hits = [isinstance(a, ir.Value) and a.id in where for a in op.inputs]
         if not any(hits):
             continue
-        if op.prim is lax.mul_p and sum(hits) == 1 or op.prim in _DIAGONAL and sum(hits) == 1:
-            on_path.add(op.outputs[0].id)
-            continue
-        return False
-    return msg.id in on_path and msg.shape[:alpha.ndim] == alpha.shape
+        if sum(hits) != 1:
+            return False
+        x, y = op.inputs[hits.index(True)], op.outputs[0]
+        at = where[x.id]
+        if op.prim is lax.broadcast_in_dim_p:
+            dims = tuple(op.params["broadcast_dimensions"])
+            if not dims or dims[0] != 0:
+                return False
+            at = tuple(dims[1 + i] - 1 for i in at)
+        elif op.prim in _UNIT_RESHAPES:
+            xs, ys = _nonunit(x.shape[1:]), _nonunit(y.shape[1:])
+            if [x.shape[1 + i] for i in xs] != [y.shape[1 + i] for i in ys]:
+                return False
+            at = tuple(ys[xs.index(i)] for i in at)
+        elif op.prim not in (lax.mul_p, lax.convert_element_type_p):
+            return False
+        where[y.id] = at
+    return where.get(msg.id) == home and msg.ndim >= alpha.ndim
 
 
 def _plan_attention(root: ir.Op, ctx: Context, made_by, users, order):

@@ -1,0 +1,500 @@
+"""The differential checker: run one `Batch` on every backend and compare with the reference.
+
+For each case, every backend runs one jitted function of ``model(backend, inputs, params)`` that returns
+
+* ``forward``: the outputs;
+* ``grad``: the gradients of ``sum(out · cotangent)`` (a seeded random cotangent) with respect to every float
+  input leaf and every parameter (``jax.vjp``);
+* ``jvp``: the output tangents along seeded random input and parameter tangents (``jax.jvp``).
+
+When that function fails, vjp and jvp (and forward alone) run apart, so the failure is pinned to the part that
+causes it. Compiled functions are cached per (program, backend, mode): the cases of a batch reuse them. Each
+part is compared leaf by leaf with the reference (`tolerances`); the float64 oracle runs only when a backend is
+not within rounding of the reference.
+
+A failure is one of `KINDS`: a backend crash (any exception, except a named jgnn error where the reference
+raises one too), a reference that rejects a valid program, NaN/inf positions that differ from the reference,
+values outside the tolerance, or a fallback in `jgnn.explain`'s report (every generated program is meant to
+be fully supported).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import traceback
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+import jgnn
+from tests.fuzz import tolerances
+from tests.fuzz.graphs import build_inputs, is_float
+from tests.fuzz.strategies import Batch, Case
+
+BACKENDS = ("xla", "pallas_interpret")
+_PACKAGE_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (jgnn, __import__("pallas_kernels")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """One way a case went wrong. ``where`` locates it: the raising jgnn frame, or the output leaf and row."""
+
+    case: Case
+    backend: str
+    mode: str  # "forward", "grad", "jvp", "explain" or "program"
+    kind: str  # see KINDS
+    detail: str
+    where: str = ""
+
+    def signature(self) -> tuple:
+        """What identifies the bug: the kind, mode, backend and location (crashes) or dtype (values)."""
+        loc = self.where if self.kind in ("crash", "rejects", "reference_rejects", "reference_crash") else ""
+        return (self.kind, self.mode, self.backend, loc, self.case.dtype)
+
+
+KINDS = {
+    "crash": "the backend raised where the reference did not (or raised an unnamed error)",
+    "rejects": "the backend raised a named jgnn error for a case the reference accepts",
+    "reference_rejects": "the reference rejected a valid program",
+    "reference_crash": "the reference raised an unnamed error",
+    "nonfinite": "NaN/inf positions differ from the reference",
+    "value": "finite values outside the tolerance",
+    "fallback": "jgnn.explain reports a fallback region",
+}
+
+
+# ---- running -----------------------------------------------------------------------------------------------
+
+def _jgnn_errors() -> tuple[type, ...]:
+    return tuple(v for v in vars(jgnn).values() if isinstance(v, type) and issubclass(v, BaseException))
+
+
+def is_named_error(exc: BaseException) -> bool:
+    """A jgnn exception class, or a ValueError/TypeError with a message that a jgnn ``raise`` statement raised.
+
+    Errors that jgnn merely passes through (numpy, JAX) are crashes, even when jgnn's frame is the last one.
+    """
+    if isinstance(exc, _jgnn_errors()):
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return type(exc) in (ValueError, TypeError) and bool(str(exc)) and bool(frames) and \
+        frames[-1].filename.startswith(_PACKAGE_DIRS[:1]) and (frames[-1].line or "").lstrip().startswith("raise")
+
+
+def crash_site(exc: BaseException) -> str:
+    """The innermost jgnn or pallas_kernels frame of the traceback (file:function), else the exception type."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(_PACKAGE_DIRS)]
+    if not frames:
+        return type(exc).__name__
+    f = frames[-1]
+    return f"{os.path.relpath(f.filename, os.path.dirname(_PACKAGE_DIRS[0].rstrip(os.sep)))}:{f.name}"
+
+
+@functools.lru_cache(maxsize=256)
+def _model(source_program):
+    return source_program.load()
+
+
+def _rebuild(treedef, mask, floats, others):
+    fl, ol = iter(floats), iter(others)
+    return jax.tree_util.tree_unflatten(treedef, [next(fl) if m else next(ol) for m in mask])
+
+
+@functools.lru_cache(maxsize=96)
+def _compiled(program, backend: str, mode: str):
+    """The jitted ``vjp``, ``jvp`` or ``forward`` function of one program on one backend."""
+    model = _model(program)
+
+    def forward(treedef, mask, floats, others, params):
+        return model(backend, _rebuild(treedef, mask, floats, others), params)
+
+    def vjp(treedef, mask, floats, others, params, cotangent):
+        out, pull = jax.vjp(lambda f, p: forward(treedef, mask, f, others, p), floats, params)
+        return out, pull(cotangent)
+
+    def jvp(treedef, mask, floats, others, params, tangents):
+        return jax.jvp(lambda f, p: forward(treedef, mask, f, others, p), (floats, params), tangents)
+
+    def both(treedef, mask, floats, others, params, cotangent, tangents):
+        out, grads = vjp(treedef, mask, floats, others, params, cotangent)
+        return out, grads, jvp(treedef, mask, floats, others, params, tangents)[1]
+
+    def vmap(treedef, mask, floats, others, params):
+        """The layer mapped over a leading axis of stacked parameters."""
+        return jax.vmap(lambda p: forward(treedef, mask, floats, others, p))(params)
+
+    def shard_map(treedef, mask, floats, others, params):
+        """The layer inside shard_map over a one-device mesh (replicated in and out)."""
+        mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+        spec = jax.sharding.PartitionSpec()
+        return jax.shard_map(lambda f, o, p: forward(treedef, mask, f, o, p), mesh=mesh, in_specs=spec,
+                             out_specs=spec)(floats, others, params)
+
+    fns = {"forward": forward, "vjp": vjp, "jvp": jvp, "both": both, "vmap": vmap, "shard_map": shard_map}
+    return jax.jit(fns[mode], static_argnums=(0, 1))
+
+
+@dataclasses.dataclass
+class Operands:
+    """A case's concrete operands, split into differentiable floats and the rest."""
+
+    treedef: object
+    mask: tuple[bool, ...]
+    floats: tuple
+    others: tuple
+    params: dict
+    cotangent: object = None
+    tangents: tuple = ()
+
+    def cast(self, dtype: str) -> Operands:
+        conv = lambda x: np.asarray(x, dtype) if is_float(x) and np.asarray(x).dtype != np.dtype(jax.dtypes.float0) \
+            else x
+        tree = jax.tree_util.tree_map
+        return dataclasses.replace(self, floats=tree(conv, self.floats), params=tree(conv, self.params),
+                                   cotangent=tree(conv, self.cotangent), tangents=tree(conv, self.tangents))
+
+
+def _random_like(rng, shape, dtype):
+    x = rng.normal(size=shape)
+    if np.issubdtype(np.dtype(dtype), np.complexfloating):
+        x = x + 1j * rng.normal(size=shape)
+    return np.asarray(x).astype(dtype)
+
+
+def make_params(program, dtype: str, seed: int) -> dict:
+    """Parameters ~ N(0, 1/fan_in), seeded by the case's value seed."""
+    rng = np.random.default_rng([seed, 1])
+    return {name: _random_like(rng, shape, dtype) / np.sqrt(shape[-2] if len(shape) >= 2 else 1).astype(
+        np.float32).astype(dtype) for name, shape in program.params}
+
+
+def operands(case: Case) -> Operands:
+    built = build_inputs(case.program.signature, case.graph, case.values, np.dtype(dtype_of(case.dtype)))
+    leaves, treedef = jax.tree_util.tree_flatten(built.inputs)
+    mask = tuple(bool(is_float(x)) and _is_array(x) for x in leaves)
+    floats = tuple(x for x, m in zip(leaves, mask, strict=True) if m)
+    others = tuple(x for x, m in zip(leaves, mask, strict=True) if not m)
+    params = make_params(case.program, dtype_of(case.dtype), case.values.seed)
+    rng = np.random.default_rng([case.values.seed, 2])
+    tangents = (tuple(_random_like(rng, np.shape(x), np.asarray(x).dtype) for x in floats),
+                {k: _random_like(rng, np.shape(v), v.dtype) for k, v in params.items()})
+    return Operands(treedef, mask, floats, others, params, None, tangents)
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, np.ndarray | np.generic | jax.Array)
+
+
+def dtype_of(name: str):
+    return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+
+
+def with_cotangent(ops: Operands, out_shapes, seed: int) -> Operands:
+    rng = np.random.default_rng([seed, 3])
+    ct = jax.tree_util.tree_map(
+        lambda s: np.zeros(s.shape, jax.dtypes.float0) if not jnp.issubdtype(s.dtype, jnp.inexact)
+        else _random_like(rng, s.shape, s.dtype), out_shapes)
+    return dataclasses.replace(ops, cotangent=ct)
+
+
+def x64(dtype: str):
+    return jax.enable_x64(True) if dtype in ("float64", "complex128") else contextlib.nullcontext()
+
+
+_CRASHES: dict = {}  # (program, backend, mode, abstract args) -> exception: a trace that failed fails again
+
+
+def run(program, backend: str, mode: str, ops: Operands, dtype: str):
+    """(result, None) or (None, exception); results are numpy."""
+    fn = _compiled(program, backend, mode)
+    args = (ops.treedef, ops.mask, ops.floats, ops.others, ops.params)
+    args += {"vjp": (ops.cotangent,), "jvp": (ops.tangents,), "both": (ops.cotangent, ops.tangents)}.get(mode, ())
+    key = (program, backend, mode, dtype, ops.treedef, tuple((np.shape(x), str(getattr(x, "dtype", type(x))))
+                                                             for x in jax.tree_util.tree_leaves(args[2:])))
+    if key in _CRASHES:
+        return None, _CRASHES[key]
+    try:
+        with x64(dtype):
+            out = fn(*args)
+            return jax.tree_util.tree_map(np.asarray, jax.device_get(out)), None
+    except Exception as exc:  # every crash is data for the checker
+        if len(_CRASHES) > 512:
+            _CRASHES.clear()
+        _CRASHES[key] = exc
+        return None, exc
+
+
+def out_shapes(program, ops: Operands, dtype: str):
+    """The reference's output shapes (traced, so index checks see tracers as under jit)."""
+    with x64(dtype):
+        return jax.eval_shape(lambda f, o, p: _model(program)("reference", _rebuild(ops.treedef, ops.mask, f, o), p),
+                              ops.floats, ops.others, ops.params)
+
+
+# ---- comparing ---------------------------------------------------------------------------------------------
+
+def _as_real(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if np.iscomplexobj(x):
+        return np.stack([x.real, x.imag], -1).astype(np.float64)
+    return x.astype(np.float64) if is_float(x) else x
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    return x.reshape(1, -1) if x.ndim == 0 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
+
+
+def _row_max(x: np.ndarray, where: np.ndarray) -> np.ndarray:
+    return _rows(np.where(where, x, 0)).max(1, initial=0)
+
+
+def compare_leaf(ref, got, dtype: str, oracle_leaf) -> tuple[str, str] | None:
+    """None if ``got`` matches ``ref`` (see `tolerances`); else (kind, detail).
+
+    ``oracle_leaf()`` gives the float64 oracle of this leaf; it is asked for only when ``got`` is not within
+    plain rounding of the reference, since agreeing with the reference is always a pass.
+    """
+    ref, got = np.asarray(ref), np.asarray(got)
+    if ref.shape != got.shape or ref.dtype != got.dtype:
+        return "value", f"shape/dtype {got.shape} {got.dtype}, reference {ref.shape} {ref.dtype}"
+    if not is_float(ref):
+        if ref.dtype == np.dtype(jax.dtypes.float0) or np.array_equal(ref, got):
+            return None
+        bad = tuple(np.argwhere(ref != got)[0])
+        return "value", f"integer mismatch at {bad}: {got[bad]} vs reference {ref[bad]}"
+    r, b = _as_real(ref), _as_real(got)
+    for name, test in (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
+        diff = test(r) != test(b)
+        if diff.any():
+            at = tuple(np.argwhere(diff)[0])
+            return "nonfinite", (f"{name} at {int(diff.sum())} positions differs, e.g. {at}: got {b[at]}, "
+                                 f"reference {r[at]}")
+    finite = np.isfinite(r) & np.isfinite(b)
+    r, b = np.where(finite, r, 0), np.where(finite, b, 0)
+    if (_row_max(np.abs(b - r), finite) <= tolerances.allowed(dtype, np.zeros(1), _row_max(np.abs(r), finite))).all():
+        return None
+    o = _as_real(oracle_leaf())
+    o = np.where(np.isfinite(o), o, r)
+    err_b, err_r = _row_max(np.abs(b - o), finite), _row_max(np.abs(r - o), finite)
+    scale = _row_max(np.abs(o), finite)
+    limit = tolerances.allowed(dtype, err_r, scale)
+    bad = np.flatnonzero(err_b > limit)
+    if not len(bad):
+        return None
+    row = int(bad[np.argmax((err_b - limit)[bad])])
+    col = int(np.argmax(_rows(np.where(finite, np.abs(b - o), 0))[row]))
+    return "value", (f"row {row}: max |got - oracle| = {err_b[row]:.3g} > allowed {limit[row]:.3g} "
+                     f"(reference error {err_r[row]:.3g}, scale {scale[row]:.3g}); e.g. got "
+                     f"{_rows(b)[row, col]:.6g}, reference {_rows(r)[row, col]:.6g}, oracle {_rows(o)[row, col]:.6g}")
+
+
+def compare_trees(ref, got, dtype: str, oracle_tree) -> tuple[str, str, str] | None:
+    """The first mismatching leaf: (kind, leaf path, detail), or None. ``oracle_tree()`` is lazy."""
+    paths, treedef = jax.tree_util.tree_flatten_with_path(ref)
+    got_leaves = treedef.flatten_up_to(got)
+    for i, ((path, r), g) in enumerate(zip(paths, got_leaves, strict=True)):
+        res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i])
+        if res:
+            return res[0], jax.tree_util.keystr(path), res[1]
+    return None
+
+
+class Oracle:
+    """The reference run in float64 (complex128), computed on first use and shared by every backend."""
+
+    def __init__(self, program, ops: Operands, dtype: str, ref: dict):
+        self.program, self.ops, self.dtype, self.ref = program, ops, tolerances.ORACLE_DTYPE[dtype], ref
+        self.parts = ref if self.dtype == dtype else None
+
+    def part(self, name: str):
+        if self.parts is None:
+            self.parts = run_all(self.program, "reference", self.ops.cast(self.dtype), self.dtype)[0]
+        return self.parts.get(name, self.ref[name])  # no oracle for a part: the reference itself
+
+
+# Each mode's result splits into named parts, each compared on its own: the failure's mode is the part's name.
+PARTS = {"both": (("forward", lambda r: r[0]), ("grad", lambda r: r[1]), ("jvp", lambda r: r[2])),
+         "vjp": (("forward", lambda r: r[0]), ("grad", lambda r: r[1])),
+         "jvp": (("forward", lambda r: r[0]), ("jvp", lambda r: r[1])),
+         "forward": (("forward", lambda r: r),)}
+PART_OF_MODE = {"vjp": "grad", "jvp": "jvp", "forward": "forward", "vmap": "vmap", "shard_map": "shard_map"}
+
+
+# ---- one case ----------------------------------------------------------------------------------------------
+
+def check_case(case: Case, backends=BACKENDS) -> list[Failure]:
+    program, dtype = case.program, case.dtype
+    ops = operands(case)
+    try:
+        shapes = out_shapes(program, ops, dtype)
+    except Exception as exc:
+        return [_reference_failure(case, "program", exc)]
+    ops = with_cotangent(ops, shapes, case.values.seed)
+    ref, errors = run_all(program, "reference", ops, dtype)
+    failures = [_reference_failure(case, PART_OF_MODE[mode], exc) for mode, exc in errors.items()]
+    rejected = {mode for mode, exc in errors.items() if is_named_error(exc)}
+    oracle = Oracle(program, ops, dtype, ref)
+    for backend in backends:
+        failures += _check_backend(case, backend, ops, ref, oracle, rejected)
+    return failures
+
+
+def run_all(program, backend: str, ops: Operands, dtype: str) -> tuple[dict, dict]:
+    """Every part (forward, grad, jvp) that runs, and the exception of each mode that does not.
+
+    One jitted function computes all parts; only when it fails do vjp and jvp run apart (and forward alone if
+    vjp fails), so a failure is attributed to the mode that causes it.
+    """
+    result, exc = run(program, backend, "both", ops, dtype)
+    if exc is None:
+        return {part: pick(result) for part, pick in PARTS["both"]}, {}
+    parts, errors = {}, {}
+    for mode in ("vjp", "jvp"):
+        result, exc = run(program, backend, mode, ops, dtype)
+        if exc is not None:
+            errors[mode] = exc
+            continue
+        for part, pick in PARTS[mode]:
+            parts.setdefault(part, pick(result))
+    if "forward" not in parts:
+        result, exc = run(program, backend, "forward", ops, dtype)
+        if exc is not None:
+            errors["forward"] = exc
+        else:
+            parts["forward"] = result
+    return parts, errors
+
+
+def _reference_failure(case, part, exc) -> Failure:
+    kind = "reference_rejects" if is_named_error(exc) else "reference_crash"
+    return Failure(case, "reference", part, kind, _one_line(exc), crash_site(exc))
+
+
+def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: Oracle,
+                   rejected: set) -> list[Failure]:
+    """Run vjp and jvp (and forward alone if vjp crashes); compare each part that the reference has.
+
+    A named jgnn error in a mode where the reference raised one too is no failure.
+    """
+    got, errors = run_all(case.program, backend, ops, case.dtype)
+    failures = [_crash(case, backend, PART_OF_MODE[mode], exc) for mode, exc in errors.items()
+                if not (mode in rejected and is_named_error(exc))]
+    for part, value in got.items():
+        if part in ref:
+            res = compare_trees(ref[part], value, case.dtype, lambda part=part: oracle.part(part))
+            if res is not None:
+                kind, where, detail = res
+                failures.append(Failure(case, backend, part, kind, detail, where))
+    return failures
+
+
+def _crash(case, backend, part, exc) -> Failure:
+    return Failure(case, backend, part, "rejects" if is_named_error(exc) else "crash", _one_line(exc),
+                   crash_site(exc))
+
+
+def check_transform(case: Case, transform: str, backends=BACKENDS) -> list[Failure]:
+    """The forward pass under ``vmap`` (over two stacked parameter sets) or ``shard_map``, against the reference."""
+    ops = operands(case)
+    if transform == "vmap":
+        ops = dataclasses.replace(ops, params=jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), ops.params))
+    ref, exc = run(case.program, "reference", transform, ops, case.dtype)
+    if exc is not None:
+        return [_reference_failure(case, transform, exc)]
+    failures = []
+    for backend in backends:
+        got, exc = run(case.program, backend, transform, ops, case.dtype)
+        if exc is not None:
+            failures.append(_crash(case, backend, transform, exc))
+            continue
+        res = compare_trees(ref, got, case.dtype, lambda: ref)
+        if res is not None:
+            failures.append(Failure(case, backend, transform, res[0], res[2], res[1]))
+    return failures
+
+
+def check_explain(case: Case) -> list[Failure]:
+    """The reference program, compiled and explained, must have no fallback region."""
+    model = _model(case.program)
+    built = build_inputs(case.program.signature, case.graph, case.values, np.dtype(dtype_of(case.dtype)))
+    params = make_params(case.program, dtype_of(case.dtype), case.values.seed)
+    try:
+        with x64(case.dtype):
+            report = jgnn.explain(lambda inputs, p: model("reference", inputs, p), built.inputs, params)
+    except Exception as exc:
+        return [Failure(case, "xla", "explain", "crash", _one_line(exc), crash_site(exc))]
+    if report.fallbacks:
+        return [Failure(case, "xla", "explain", "fallback", f"{len(report.fallbacks)} fallback region(s): "
+                        + "; ".join(repr(f) for f in report.fallbacks)[:300])]
+    return []
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:240] if text else ''}"
+
+
+# ---- one batch ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class BatchResult:
+    cases: int
+    failures: list[Failure]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """While shrinking one bug: check only what can reproduce it, and stop as soon as it does."""
+
+    kind: str
+    part: str
+    backend: str
+
+    @classmethod
+    def of(cls, f: Failure) -> Target:
+        return cls(f.kind, f.mode, f.backend)
+
+    def matches(self, f: Failure) -> bool:
+        return (f.kind, f.mode, f.backend) == (self.kind, self.part, self.backend)
+
+
+def check_batch(batch: Batch, *, stop_at_first: bool = False, target: Target | None = None) -> BatchResult:
+    """Check every case of a batch (the explain report, every case, then the transform).
+
+    With ``stop_at_first``, return after the first failing case. With a ``target``, run only the checks that
+    can give that failure (its backend, its part) and return once it is found; other failures are dropped.
+    """
+    backends = BACKENDS if target is None else tuple(b for b in BACKENDS if b == target.backend)
+    wanted = target.matches if target else (lambda f: True)
+    stop = stop_at_first or target is not None
+    failures: list[Failure] = []
+    cases = batch.cases()
+    done = 0
+    with _unfiltered_tracebacks():
+        if target is None or target.part == "explain":
+            failures += [f for f in check_explain(cases[0]) if wanted(f)]
+        for case in cases:
+            if failures and stop:
+                break
+            if target is None or target.part not in ("explain", "vmap", "shard_map"):
+                failures += [f for f in check_case(case, backends) if wanted(f)]
+            done += 1
+        if batch.transform and (target is None or target.part == batch.transform) and not (failures and stop):
+            failures += [f for f in check_transform(cases[0], batch.transform, backends) if wanted(f)]
+    return BatchResult(done, failures)
+
+
+@contextlib.contextmanager
+def _unfiltered_tracebacks():
+    """Keep JAX-internal frames, so `is_named_error` sees who really raised."""
+    old = jax.config.jax_traceback_filtering
+    jax.config.update("jax_traceback_filtering", "off")
+    try:
+        yield
+    finally:
+        jax.config.update("jax_traceback_filtering", old)

@@ -1,0 +1,60 @@
+"""The fuzzer's tolerance table: what counts as "the same answer" per dtype.
+
+For each output (forward values, gradients, JVP tangents), NaN and ±inf positions of the backend must equal
+the reference's exactly (same dtype, same program). At positions where both are finite, values are compared
+row by row (the leading axis: one node, edge or parameter slice). With ``r`` the reference and ``b`` the
+backend, a row passes when it is within rounding of the reference:
+
+    max|b − r|  ≤  RTOL[dtype] · S(r)  +  FLOOR[dtype]
+
+Otherwise it is compared against an *oracle* ``o``, the reference program run in float64 (complex128) on the
+same inputs upcast, and passes when
+
+    max|b − o|  ≤  K_REF · E(r − o)  +  RTOL[dtype] · S(o)  +  FLOOR[dtype]
+
+``S(x)`` is the row's largest |x|, but at least ``LEAF_FRACTION`` of the largest in the whole output leaf: a row
+that is ~0 because its terms cancel still carries the rounding error of those terms, which are about as large
+as the other rows. ``E(r − o)`` is the reference's own error on the row, but at least ``LEAF_FRACTION`` of its
+largest error in the leaf, for the same reason. That term lets a backend be as far from the truth as the
+reference itself is, several times over: a bf16/f16 reference that sums 1,000 in-edges in its own precision is
+far from the truth, and a backend that accumulates in float32 must not be blamed for disagreeing with it.
+RTOL is a few ulps of the result in the dtype; FLOOR, twice the smallest normal number, absorbs subnormals
+that one side flushes to zero.
+A float64 case has no better oracle, so ``o = r`` and only the RTOL term applies. Integer outputs must be
+equal exactly.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+K_REF = 8.0
+LEAF_FRACTION = 0.01
+
+# dtype -> RTOL. bf16 has 8 significant bits (eps 2^-7), f16 11 (eps 2^-10), f32 24 (eps 2^-23), f64 53.
+# RTOL is 4 eps for bf16 and f16, whose oracle term dominates anyway; 250 eps for f32 and 1e-10 for f64, which
+# leave room for reassociated sums of 1,000 terms with some cancellation (f64 cases have no oracle term).
+RTOL = {
+    "float64": 1e-10,
+    "complex128": 1e-10,
+    "float32": 3e-5,
+    "complex64": 3e-5,
+    "float16": 4e-3,
+    "bfloat16": 3e-2,
+}
+FLOOR = {name: 2 * float(ml_dtypes.finfo(name.replace("complex128", "float64").replace("complex64", "float32")
+                                         ).tiny) for name in RTOL}
+
+# The dtype the oracle runs in; float64 cases are their own oracle.
+ORACLE_DTYPE = {"float32": "float64", "bfloat16": "float64", "float16": "float64", "float64": "float64",
+                "complex64": "complex128", "complex128": "complex128"}
+
+
+def _at_least_fraction(rows: np.ndarray) -> np.ndarray:
+    return np.maximum(rows, LEAF_FRACTION * rows.max(initial=0))
+
+
+def allowed(dtype: str, ref_err: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Allowed error per row, from the reference's per-row error and the per-row max |value| (one leaf)."""
+    return K_REF * _at_least_fraction(ref_err) + RTOL[dtype] * _at_least_fraction(scale) + FLOOR[dtype]
