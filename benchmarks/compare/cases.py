@@ -13,6 +13,7 @@ from benchmarks.compare import data
 
 JAX_SYSTEMS = ("jgnn", "hand")
 PYG_THREADS = (2, 1)
+ALL_SYSTEMS = (*JAX_SYSTEMS, "jraph", *(f"pyg{t}" for t in PYG_THREADS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,10 @@ class Case:
     def systems(self) -> tuple[str, ...]:
         jraph = ("jraph",) if self.model in ("gat", "gcn") else ()
         return JAX_SYSTEMS + jraph + tuple(f"pyg{t}" for t in PYG_THREADS)
+
+    def select(self, only: tuple[str, ...] | None) -> tuple[str, ...]:
+        """This case's systems that are in ``only`` (all of them when ``only`` is ``None``)."""
+        return self.systems if only is None else tuple(s for s in self.systems if s in only)
 
 
 def _cached(fn, *args, **kw):

@@ -80,6 +80,8 @@ def parse_args(argv=None):
                    help="seconds each system's calls should last per round (default 0.3; quick 0)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="one process per case (default: on, except with --quick)")
+    p.add_argument("--systems", default=None,
+                   help="comma-separated systems to run (default: every system of each case), e.g. jgnn,hand")
     p.add_argument("--case-timeout", type=float, default=3000.0, help="seconds per isolated case")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--name", default=None, help="file stem (default cpu-compare[-quick]-<date>)")
@@ -91,6 +93,11 @@ def parse_args(argv=None):
     args.rounds = args.rounds or (1 if quick else 7)
     args.target_s = (0.0 if quick else 0.3) if args.target_s is None else args.target_s
     args.isolate = (not quick) if args.isolate is None else args.isolate
+    args.systems = tuple(args.systems.split(",")) if args.systems else None
+    from benchmarks.compare.cases import ALL_SYSTEMS
+
+    if unknown := sorted(set(args.systems or ()) - set(ALL_SYSTEMS)):
+        p.error(f"unknown systems {unknown} in --systems; expected some of {list(ALL_SYSTEMS)}")
     return args
 
 
@@ -99,12 +106,13 @@ def run_isolated(case, args) -> list[dict]:
     from benchmarks.compare.measure import status_of
 
     cmd = [sys.executable, "-m", "benchmarks.compare", "--suite", args.suite, "--worker", case.key,
-           "--rounds", str(args.rounds), "--target-s", str(args.target_s)]
+           "--rounds", str(args.rounds), "--target-s", str(args.target_s),
+           *(["--systems", ",".join(args.systems)] if args.systems else [])]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.case_timeout)
     except subprocess.TimeoutExpired as e:
-        return [_failed(case, s, f"error: timeout after {args.case_timeout:.0f}s") for s in case.systems] or \
-            [_failed(case, "all", status_of(e))]
+        status = f"error: timeout after {args.case_timeout:.0f}s"
+        return [_failed(case, s, status) for s in case.select(args.systems)] or [_failed(case, "all", status_of(e))]
     sys.stderr.write(proc.stderr[-4000:] if proc.returncode else "")
     for line in proc.stdout.splitlines():
         if line.startswith("ROWS "):
@@ -112,7 +120,7 @@ def run_isolated(case, args) -> list[dict]:
         print(line, flush=True)
     reason = "killed (out of memory?)" if proc.returncode in (-9, 137) else f"exit {proc.returncode}"
     tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
-    return [_failed(case, s, f"error: worker {reason}: {tail}") for s in case.systems]
+    return [_failed(case, s, f"error: worker {reason}: {tail}") for s in case.select(args.systems)]
 
 
 def _failed(case, system: str, status: str) -> dict:
@@ -120,21 +128,33 @@ def _failed(case, system: str, status: str) -> dict:
             "system": system, "status": status, "num_nodes": 0, "num_edges": 0}
 
 
+def write(out: pathlib.Path, stem: str, meta: dict, rows: list[dict], *, chart: bool = True) -> None:
+    """``<out>/<stem>.{json,md}`` and, if ``chart``, ``.png``; jgnn's ratios are (re)computed first."""
+    from benchmarks.compare import measure, report
+
+    measure.add_ratios(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=float))
+    (out / f"{stem}.md").write_text(report.markdown(meta, rows))
+    if chart:
+        report.chart(rows, out / f"{stem}.png", f"jgnn vs hand-written JAX, jraph, PyG on CPU ({meta['date'][:10]})")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from benchmarks.compare import cases, measure, report
+    from benchmarks.compare import cases, measure
 
     todo = cases.select(args.suite, args.only if not args.worker else None)
     if args.worker:
         case = next(c for c in todo if c.key == args.worker)
-        rows = measure.measure_case(case, rounds=args.rounds, target_s=args.target_s, log=print)
+        rows = measure.measure_case(case, rounds=args.rounds, target_s=args.target_s, only=args.systems, log=print)
         print("ROWS " + json.dumps(rows, default=float), flush=True)
         return 0
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": shlex.join(["python", "-m", "benchmarks.compare", *(sys.argv[1:] if argv is None else argv)]),
             "git_commit": _git_commit(), "versions": _versions(), "pyg_extensions": _pyg_extensions(),
             "cpu": _cpu(), "num_cpus": os.cpu_count(), "suite": args.suite, "rounds": args.rounds,
-            "target_s": args.target_s, "isolate": args.isolate, "rtol": measure.LOSS_RTOL,
+            "target_s": args.target_s, "isolate": args.isolate, "systems": args.systems, "rtol": measure.LOSS_RTOL,
             "train_step": "forward, mean cross-entropy over the training nodes, backward, Adam lr 0.01; f32",
             "memory_metric": "JAX: XLA's buffer assignment of the compiled step (arguments + outputs + temp − "
                              "donated; parameters and Adam state are donated); PyG: bytes of the tensors alive at "
@@ -143,24 +163,21 @@ def main(argv=None) -> int:
             "uptime_before": _uptime()}
     print(f"{len(todo)} cases; {meta['uptime_before']}", flush=True)
     t0 = time.perf_counter()
+    date = meta["date"][:10]
+    stem = args.name or f"cpu-compare{'-quick' if args.suite == 'quick' else ''}-{date}"
+    out = pathlib.Path(args.out_dir)
     rows: list[dict] = []
     for i, case in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] {case.key}", flush=True)
         case_rows = run_isolated(case, args) if args.isolate else \
-            measure.measure_case(case, rounds=args.rounds, target_s=args.target_s)
+            measure.measure_case(case, rounds=args.rounds, target_s=args.target_s, only=args.systems)
         for r in case_rows:
             t = r.get("time_ms")
             print(f"    {r['system']:6s} {r['status'][:70]:70s} {'' if t is None else f'{t:10.2f} ms'}", flush=True)
         rows += case_rows
-    measure.add_ratios(rows)
-    meta.update(uptime_after=_uptime(), elapsed_s=time.perf_counter() - t0)
-    date = meta["date"][:10]
-    stem = args.name or f"cpu-compare{'-quick' if args.suite == 'quick' else ''}-{date}"
-    out = pathlib.Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=float))
-    (out / f"{stem}.md").write_text(report.markdown(meta, rows))
-    report.chart(rows, out / f"{stem}.png", f"jgnn vs hand-written JAX, jraph, PyG on CPU ({date})")
+        # written after every case, so that a run stopped early keeps the cases it finished
+        meta.update(uptime_after=_uptime(), elapsed_s=time.perf_counter() - t0, cases_done=f"{i + 1} of {len(todo)}")
+        write(out, stem, meta, rows, chart=i + 1 == len(todo))
     bad = [f"{r['case']} {r['system']}: {r['status']}" for r in rows if r["status"] != "ok"]
     print(f"wrote {out / stem}.{{json,md,png}}: {len(rows)} rows, {len(bad)} not ok, "
           f"{meta['elapsed_s']:.0f}s; {meta['uptime_after']}")

@@ -82,8 +82,10 @@ def interleave(runners: dict[str, Runner], rounds: int, calls: dict[str, int]) -
     return out
 
 
-def measure_case(case: Case, *, rounds: int, target_s: float, log=print) -> list[dict]:
-    """Every system's row of ``case``. Never raises: a failing system gets ``status = "error: ..."``."""
+def measure_case(case: Case, *, rounds: int, target_s: float, only: tuple[str, ...] | None = None,
+                 log=print) -> list[dict]:
+    """A row of ``case`` per system (only those in ``only``, if given). Never raises: a failing system gets
+    ``status = "error: ..."``."""
     load_before = os.getloadavg()
     problem = case.load()
     params = systems.initial_params(case.model, problem)
@@ -91,7 +93,7 @@ def measure_case(case: Case, *, rounds: int, target_s: float, log=print) -> list
             "num_nodes": problem.num_nodes, "num_edges": problem.num_edges, "source": problem.source}
     rows: dict[str, dict] = {}
     runners: dict[str, Runner] = {}
-    for system in case.systems:
+    for system in case.select(only):
         rows[system] = {**base, "system": system, "status": "ok"}
         try:
             runners[system] = build_runner(system, case, problem, params)

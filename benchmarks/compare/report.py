@@ -88,7 +88,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         f"- git commit `{meta['git_commit']}`; {meta['cpu']} ({meta['num_cpus']} cores); "
         f"jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax {v['optax']}, jraph {v['jraph']}, "
         f"torch {v['torch']}, torch_geometric {v['torch_geometric']} ({meta['pyg_extensions']})",
-        f"- `uptime` before: {meta['uptime_before']}; after: {meta['uptime_after']}",
+        f"- `uptime` before: {meta['uptime_before']}; after: {meta['uptime_after']}; cases finished: "
+        f"{meta.get('cases_done', 'all')}",
         f"- method: one full-batch step per call ({meta['train_step']}); every system starts from the same weights "
         f"and its results must agree with hand's (relative differences at most: first-step loss "
         f"{meta['rtol']['first']:g}, second-step loss {meta['rtol']['second']:g}, inference logits "
