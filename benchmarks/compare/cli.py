@@ -85,6 +85,10 @@ def parse_args(argv=None):
     p.add_argument("--case-timeout", type=float, default=3000.0, help="seconds per isolated case")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--name", default=None, help="file stem (default cpu-compare[-quick]-<date>)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="write one report from earlier runs' JSON files (a later file's rows replace an earlier "
+                        "file's rows of the same case and system) to --out-dir/--name; nothing is measured")
+    p.add_argument("--note", default=None, help="a remark printed at the top of the report (e.g. on the load)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
@@ -140,8 +144,29 @@ def write(out: pathlib.Path, stem: str, meta: dict, rows: list[dict], *, chart: 
         report.chart(rows, out / f"{stem}.png", f"jgnn vs hand-written JAX, jraph, PyG on CPU ({meta['date'][:10]})")
 
 
+def merge(paths: list[str]) -> tuple[dict, list[dict]]:
+    """One (meta, rows) from several runs: the first run's meta, every run's command and load, and the rows of
+    each (case, system) from the last run that has it, in the order the cases first appear."""
+    runs = [json.loads(pathlib.Path(p).read_text()) for p in paths]
+    rows: dict[tuple[str, str], dict] = {}
+    for run in runs:
+        rows.update({(r["case"], r["system"]): r for r in run["rows"]})
+    metas = [run["meta"] for run in runs]
+    meta = dict(metas[0], command=" ; then ".join(m["command"] for m in metas),
+                rounds=" / ".join(str(m["rounds"]) for m in metas) + " (per run, in the order of the commands)",
+                uptime_before=" / ".join(m["uptime_before"] for m in metas),
+                uptime_after=" / ".join(m["uptime_after"] for m in metas),
+                git_commit=" / ".join(str(m["git_commit"]) for m in metas), cases_done="merged")
+    return meta, list(rows.values())
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        meta, rows = merge(args.merge)
+        meta["note"] = args.note or meta.get("note")
+        write(pathlib.Path(args.out_dir), args.name or "cpu-compare-merged", meta, rows)
+        return 1 if any(r["status"] != "ok" for r in rows) else 0
     from benchmarks.compare import cases, measure
 
     todo = cases.select(args.suite, args.only if not args.worker else None)
@@ -160,7 +185,7 @@ def main(argv=None) -> int:
                              "donated; parameters and Adam state are donated); PyG: bytes of the tensors alive at "
                              "the step's start (parameters, Adam state, inputs) + the peak the step allocates, "
                              "from the PyTorch profiler's memory events (CPU allocator)",
-            "uptime_before": _uptime()}
+            "uptime_before": _uptime(), "note": args.note}
     print(f"{len(todo)} cases; {meta['uptime_before']}", flush=True)
     t0 = time.perf_counter()
     date = meta["date"][:10]

@@ -84,6 +84,7 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     sources = dict.fromkeys(f"- {r['dataset']}: {r['source']}" for r in rows if r.get("source"))
     lines = [
         f"# CPU comparison: jgnn against hand-written JAX, jraph and PyG ({meta['date']})", "",
+        *([f"**Note.** {meta['note']}", ""] if meta.get("note") else []),
         f"- command: `{meta['command']}`",
         f"- git commit `{meta['git_commit']}`; {meta['cpu']} ({meta['num_cpus']} cores); "
         f"jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax {v['optax']}, jraph {v['jraph']}, "

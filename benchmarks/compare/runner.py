@@ -43,6 +43,21 @@ def xla_memory(compiled) -> dict[str, int]:
             "alias_bytes": alias, "memory_metric": "xla"}
 
 
+def step(forward: Callable, params, labels, index, *, train: bool):
+    """``(fn, state, donate)``: the function to jit (a training step ``fn(params, opt_state, *consts) -> (params,
+    opt_state, loss)``, or the forward), its leading arguments ``state`` and their ``donate_argnums``."""
+    if not train:
+        return forward, [params], ()
+    opt = optax.adam(LEARNING_RATE)
+
+    def fn(p, opt_state, *args):
+        loss, grads = jax.value_and_grad(lambda q: cross_entropy(forward(q, *args), labels, index))(p)
+        updates, opt_state = opt.update(grads, opt_state, p)
+        return optax.apply_updates(p, updates), opt_state, loss
+
+    return fn, [params, opt.init(params)], (0, 1)
+
+
 def jax_runner(system: str, forward: Callable, params, consts: tuple, labels, index, *, train: bool) -> Runner:
     """Compile and run once ``forward(params, *consts) -> logits [N, C]``: a training step (forward,
     backward, Adam) when ``train``, else the forward alone.
@@ -51,16 +66,7 @@ def jax_runner(system: str, forward: Callable, params, consts: tuple, labels, in
     the XLA memory figures and ``losses`` (the first two steps' loss; inference: the cross-entropy of its
     logits, computed on the host, and the ``logits`` themselves)."""
     labels, index = jax.device_put(labels), jax.device_put(index)
-    opt = optax.adam(LEARNING_RATE)
-    if train:
-        def fn(p, opt_state, *args):
-            loss, grads = jax.value_and_grad(lambda q: cross_entropy(forward(q, *args), labels, index))(p)
-            updates, opt_state = opt.update(grads, opt_state, p)
-            return optax.apply_updates(p, updates), opt_state, loss
-
-        state, donate = [params, opt.init(params)], (0, 1)
-    else:
-        fn, state, donate = forward, [params], ()
+    fn, state, donate = step(forward, params, labels, index, train=train)
     t0 = time.perf_counter()
     lowered = jax.jit(fn, donate_argnums=donate).lower(*state, *consts)
     t1 = time.perf_counter()

@@ -123,27 +123,31 @@ def fresh(tree):
     return jax.tree_util.tree_map(lambda a: jnp.array(a, copy=True), tree)
 
 
+def program(system: str, kind: str, problem: Problem, params: dict, *, backend: str = "xla"):
+    """``(forward, consts, params)`` of a JAX ``system`` (``"jgnn"``, ``"hand"`` or ``"jraph"``) for ``kind``:
+    ``forward(params, *consts) -> logits [N, C]``, its graph inputs and its weights (converted from ``params``)."""
+    spec = KINDS[kind]
+    if system == "jgnn":
+        model, graph = spec.model(problem, backend), jgnn_graph(problem)
+        layout = GraphLayout.from_graph(graph, self_loops=spec.self_loops)
+        return (lambda q, g, lay: model.apply(q, g, lay)), (graph, layout), params
+    if system == "hand":
+        forward, inputs = spec.hand(problem)
+        return forward, (inputs,), params
+    if system == "jraph":
+        if spec.jraph is None:
+            raise ValueError(f"jraph has no {kind} model")
+        model = spec.jraph(problem)
+        return (lambda q, g: model.apply(q, g)), (jgnn_graph(problem),), weights.jraph_params(kind, params)
+    raise ValueError(f"unknown JAX system {system!r}; expected jgnn, hand or jraph")
+
+
 def build(system: str, kind: str, problem: Problem, params: dict, *, train: bool, backend: str = "xla") -> Runner:
     """The runner of a JAX ``system`` (``"jgnn"``, ``"hand"`` or ``"jraph"``) for ``kind`` on ``problem``.
 
     ``info["prep_s"]`` is the host preprocessing each system needs once (jgnn: its `GraphLayout`)."""
-    spec = KINDS[kind]
     t0 = time.perf_counter()
-    if system == "jgnn":
-        model, graph = spec.model(problem, backend), jgnn_graph(problem)
-        layout = GraphLayout.from_graph(graph, self_loops=spec.self_loops)
-        forward, consts, sys_params = (lambda q, g, lay: model.apply(q, g, lay)), (graph, layout), params
-    elif system == "hand":
-        forward, inputs = spec.hand(problem)
-        consts, sys_params = (inputs,), params
-    elif system == "jraph":
-        if spec.jraph is None:
-            raise ValueError(f"jraph has no {kind} model")
-        model = spec.jraph(problem)
-        forward = lambda q, g: model.apply(q, g)
-        consts, sys_params = (jgnn_graph(problem),), weights.jraph_params(kind, params)
-    else:
-        raise ValueError(f"unknown JAX system {system!r}; expected jgnn, hand or jraph")
+    forward, consts, sys_params = program(system, kind, problem, params, backend=backend)
     prep_s = time.perf_counter() - t0
     runner = jax_runner(system, forward, fresh(sys_params), jax.device_put(consts), problem.labels,
                         problem.train_idx, train=train)
