@@ -114,8 +114,10 @@ def campaign(cases: int, seed: int, chunk: int, log=print) -> tuple[dict, int, i
         totals["batches"] += 1
         per_case = collections.defaultdict(set)
         for f in result.failures:
-            per_case[f.signature()].add(f.case)
-            found.setdefault(f.signature(), Found(f, current["seed"], batch))
+            # The class letter keeps apart different bugs that share a signature (value mismatches have no site).
+            sig = f.signature() + (classify.classify(f)[0],)
+            per_case[sig].add(f.case)
+            found.setdefault(sig, Found(f, current["seed"], batch))
         for sig, failing in per_case.items():
             found[sig].count += len(failing)
         if totals["batches"] % 10 == 0:
