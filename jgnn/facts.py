@@ -187,6 +187,11 @@ def _concatenate(op, axes: Axes) -> int | None:
     return None if a is None or op.params["dimension"] == a else a
 
 
+def _split(op, axes: Axes) -> int | None:
+    # jnp.split into pieces along a feature axis keeps each row's pieces in that row.
+    return None if op.params["axis"] == axes[0] else axes[0]
+
+
 def _squeeze(op, axes: Axes) -> int | None:
     a, dims = axes[0], op.params["dimensions"]
     return None if a in dims else a - sum(d < a for d in dims)
@@ -563,6 +568,7 @@ register(lax.dot_general_p, Facts(row_axis=_dot_general, linear=(0, 1), cost=_do
 register(lax.reshape_p, Facts(row_axis=_reshape, resize=_resize_key("new_sizes"), linear=(0,)))
 register(lax.transpose_p, Facts(row_axis=_transpose, linear=(0,)))
 register(lax.concatenate_p, Facts(row_axis=_concatenate, residency=_concatenate_rule, linear=(0,)))
+register(compat.primitives("split"), Facts(row_axis=_split))
 register(lax.squeeze_p, Facts(row_axis=_squeeze, linear=(0,)))
 register(compat.primitives("expand_dims"), Facts(row_axis=_expand_dims, linear=(0,)))
 register(lax.slice_p, Facts(row_axis=_slice, residency=_slice_rule, resize=_resize_key("limit_indices"),
