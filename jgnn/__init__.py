@@ -20,7 +20,7 @@ Graphs are `jraph.GraphsTuple`s: ``nodes`` leaves ``[N, ...]``, ``edges`` leaves
 * `datasets`: loaders (Planetoid, TU, RDF entities, knowledge graphs, OGB), generators and converters.
 """
 
-from jgnn import datasets, nn, ops
+from jgnn import datasets, linkpred, nn, ops
 from jgnn.compiler import BACKENDS, Compiled, PlanCache, compile, explain
 from jgnn.graph import validate
 from jgnn.layout import GraphLayout, LayoutMismatchError
@@ -31,6 +31,6 @@ from jgnn.report import Pass, Reason, Report
 __all__ = [
     "BACKENDS", "Compiled", "GraphLayout", "LayoutMismatchError", "MessagePassing", "Pass", "PlanCache", "Reason",
     "Report", "UnsupportedMailboxOp", "compile", "datasets", "explain", "max", "mean", "message_passing", "min",
-    "nn", "ops", "softmax", "sum", "validate",
+    "linkpred", "nn", "ops", "softmax", "sum", "validate",
 ]
-__version__ = "0.2.0"
+__version__ = "0.1.0"  # pyproject.toml

@@ -206,7 +206,7 @@ def _record(ctx: Context, spec: EdgeSpec, operands, layout: bool) -> None:
     choice = lowering.decide(spec, avals)
     params = dict(choice.params)
     if choice.impl == "kernel":
-        params["csr"] = "CSR from the GraphLayout passed in" if layout else "CSR sorted inside the program"
+        params["csr"] = Reason.CSR_FROM_LAYOUT if layout else Reason.CSR_SORTED_IN_PROGRAM
     ctx.report.kernel(spec.name, ctx.backend, choice.impl, choice.code, **params)
 
 
