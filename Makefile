@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: venv test demo lint bench-quick gpu-check fuzz
+.PHONY: venv test test-slow demo lint bench-quick gpu-check fuzz
 venv: $(STAMP)
 
 lint: $(STAMP)
@@ -20,6 +20,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not gpu and not slow" --timeout 900
+
+# The slow tier: CI runs it as its own step after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "slow and not gpu" --timeout 1800
 
 demo: $(STAMP)
 	$(BIN)/python examples/train.py --model gat --dataset cora

@@ -12,6 +12,9 @@ import pytest
 
 from benchmarks import suites
 
+# Minutes of XLA compiles: CI runs it as its own step (`make test-slow`).
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -14,6 +14,9 @@ import pytest
 from benchmarks.compare import cases, cli, measure
 from benchmarks.compare.runner import Runner
 
+# Minutes of XLA compiles: CI runs it as its own step (`make test-slow`).
+pytestmark = pytest.mark.slow
+
 HAVE_PYG = all(importlib.util.find_spec(m) is not None for m in ("torch", "torch_geometric"))
 SYSTEMS = ("jgnn", "hand", "jraph", *(("pyg1",) if HAVE_PYG else ()))
 

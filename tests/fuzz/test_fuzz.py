@@ -13,9 +13,13 @@ import functools
 import os
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, note, settings
 
 from tests.fuzz import checker, classify, reproducer, strategies
+
+# CI runs it as its own step (`make test-slow`): about 5-7 minutes on 2 cores.
+pytestmark = pytest.mark.slow
 
 # Enough batches for >= MIN_CASES cases (a batch holds 20 cases, a hub batch 4; 1 batch in 20 is a hub).
 BATCHES = int(os.environ.get("JGNN_FUZZ_BATCHES", "60"))
