@@ -26,14 +26,16 @@ def compute_dtype(arrays: Sequence, *, integers: bool, what: str, result=None) -
     (float32) or 2**53 (float64, chosen when an operand is 64-bit).
     """
     dtypes = [np.dtype(x.dtype) for x in arrays]
-    result = result_dtype(arrays) if result is None or not jnp.issubdtype(result, jnp.floating) else np.dtype(result)
-    if jnp.issubdtype(result, jnp.floating) and not any(jnp.issubdtype(d, jnp.floating) for d in dtypes):
-        wide = any(d.itemsize == 8 for d in dtypes) or result == np.dtype(jnp.float64)
-        return np.dtype(jnp.float64 if wide else jnp.float32)
     if any(jnp.issubdtype(d, jnp.complexfloating) for d in dtypes):
         raise TypeError(f"{what}: complex operands are not supported (got {[d.name for d in dtypes]})")
+    if result is None or not jnp.issubdtype(result, jnp.floating):
+        result = result_dtype(arrays)
     if jnp.issubdtype(result, jnp.floating):
-        return np.dtype(jnp.float64 if np.dtype(jnp.float64) in dtypes else jnp.float32)
+        # Without a floating operand, the integers are carried exactly: 64-bit ones (or a float64 result) need f64.
+        integral = not any(jnp.issubdtype(d, jnp.floating) for d in dtypes)
+        wide = np.dtype(jnp.float64) in dtypes or integral and (
+            np.dtype(result) == np.dtype(jnp.float64) or any(d.itemsize == 8 for d in dtypes))
+        return np.dtype(jnp.float64 if wide else jnp.float32)
     if not jnp.issubdtype(result, jnp.signedinteger):
         raise TypeError(f"{what}: operands of result dtype {result.name} are not supported; cast them to a "
                         f"signed integer or floating dtype")

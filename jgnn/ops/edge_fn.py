@@ -143,13 +143,7 @@ class Vjp(EdgeFn):
         for k in range(self.base.n_in):
             args[k] = zeros[self.wrt.index(k)] if k in self.wrt else next(it)
 
-        def at(*moving):
-            full = list(args)
-            for k, x in zip(self.wrt, moving, strict=True):
-                full[k] = x
-            return self.base.apply(full, lanes=lanes)
-
-        outs, pull = jax.vjp(at, *zeros)
+        outs, pull = jax.vjp(_moving(self.base, args, self.wrt, lanes), *zeros)
         cts = [jnp.broadcast_to(c, o.shape).astype(o.dtype) for c, o in zip(cts, outs, strict=True)]
         return list(pull(cts))
 
@@ -252,16 +246,21 @@ class WeightTangent(EdgeFn):
         return [weight * ds]
 
 
-def _jvp(base: EdgeFn, primals, slots, tangents, lanes):
-    """``jax.jvp`` of ``base.apply`` in the operands at ``slots`` (the others held at ``primals``)."""
+def _moving(base: EdgeFn, args, slots, lanes):
+    """``base.apply`` as a function of the operands at ``slots`` (the others held at ``args``)."""
 
     def at(*moving):
-        args = list(primals)
+        full = list(args)
         for k, x in zip(slots, moving, strict=True):
-            args[k] = x
-        return base.apply(args, lanes=lanes)
+            full[k] = x
+        return base.apply(full, lanes=lanes)
 
-    return jax.jvp(at, tuple(primals[k] for k in slots), tuple(tangents))
+    return at
+
+
+def _jvp(base: EdgeFn, primals, slots, tangents, lanes):
+    """``jax.jvp`` of ``base.apply`` in the operands at ``slots`` (the others held at ``primals``)."""
+    return jax.jvp(_moving(base, primals, slots, lanes), tuple(primals[k] for k in slots), tuple(tangents))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

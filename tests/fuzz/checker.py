@@ -340,11 +340,11 @@ def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
 class Oracle:
     """The reference run in float64 (complex128), computed on first use and shared by every backend."""
 
-    def __init__(self, program, ops: Operands, dtype: str, ref: dict, grad_by_jvp: bool):
+    def __init__(self, program, ops: Operands, dtype: str, ref: dict, grad_by_jvp: bool, grad_finite_only: bool):
         self.program, self.ops, self.dtype, self.ref = program, ops, tolerances.ORACLE_DTYPE[dtype], ref
         self.parts = ref if self.dtype == dtype else None
         self.grad_by_jvp = grad_by_jvp
-        self.grad_finite_only = grad_by_jvp  # also set for `unread_nonfinite` cases
+        self.grad_finite_only = grad_finite_only
 
     def part(self, name: str):
         if self.parts is None:
@@ -381,8 +381,7 @@ def check_case(case: Case, backends=BACKENDS) -> list[Failure]:
     ref, errors = reference_parts(program, ops, dtype, grad_by_jvp)
     failures = [_reference_failure(case, PART_OF_MODE[mode], exc) for mode, exc in errors.items()]
     rejected = {mode for mode, exc in errors.items() if is_named_error(exc)}
-    oracle = Oracle(program, ops, dtype, ref, grad_by_jvp)
-    oracle.grad_finite_only = grad_by_jvp or unread_nonfinite(ops)
+    oracle = Oracle(program, ops, dtype, ref, grad_by_jvp, grad_by_jvp or unread_nonfinite(ops))
     for backend in backends:
         failures += _check_backend(case, backend, ops, ref, oracle, rejected)
     return failures
