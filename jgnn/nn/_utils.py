@@ -296,10 +296,27 @@ def in_degree(graph: jraph.GraphsTuple, *, backend: str = "auto", remat: str = "
 
 def in_degree_per_type(graph: jraph.GraphsTuple, num_types: int, *, backend: str = "auto",
                        remat: str = "auto", layout=None):
-    """``[N, num_types]`` float32: how many incoming edges of each type every node has (message passing)."""
-    probe = degree_probe(graph, {graph_lib.TYPE_KEY: graph_lib.edge_types(graph)})
-    phi = lambda src, dst, edge: jax.nn.one_hot(edge[graph_lib.TYPE_KEY], num_types, dtype=jnp.float32)
-    return aggregate(probe, phi, backend=backend, remat=remat, layout=layout)
+    """``[N, num_types]`` float32: how many incoming edges of each type every node has (message passing).
+
+    Counted as the in-degree of the (node, type) pairs, one count per edge, rather than a one-hot row per edge:
+    ``E`` values instead of ``E·num_types``. Edges whose type or receiver is out of range count nowhere.
+    ``layout`` describes ``graph``, not the pairs, so it is not used.
+    """
+    del layout
+    n = graph_lib.num_nodes(graph)
+    types = graph_lib.edge_types(graph)
+    if n * num_types >= np.iinfo(np.int32).max:  # the pair ids would overflow: one-hot rows instead
+        probe = degree_probe(graph, {graph_lib.TYPE_KEY: types})
+        phi = lambda src, dst, edge: jax.nn.one_hot(edge[graph_lib.TYPE_KEY], num_types, dtype=jnp.float32)
+        return aggregate(probe, phi, backend=backend, remat=remat)
+    receivers, types = graph.receivers.astype(jnp.int32), types.astype(jnp.int32)
+    # Edges to a receiver outside [0, N) are dropped, as message passing drops them.
+    counted = (types >= 0) & (types < num_types) & (receivers >= 0) & (receivers < n)
+    pairs = jnp.where(counted, receivers * num_types + types, -1)
+    pair_graph = jraph.GraphsTuple(nodes=jnp.zeros((n * num_types,), jnp.float32), edges=None,
+                                   senders=jnp.zeros_like(pairs), receivers=pairs, globals=None,
+                                   n_node=jnp.asarray([n * num_types]), n_edge=jnp.asarray([pairs.shape[0]]))
+    return in_degree(pair_graph, backend=backend, remat=remat).reshape(n, num_types)
 
 
 def edge_messages(graph: jraph.GraphsTuple, phi: Callable):

@@ -180,11 +180,11 @@ def reduce_rows(spec: EdgeSpec, src_ids, dst_ids):
 
 def _segment_sum(y, rows, n):
     acc = accumulation_dtype(y.dtype)
-    return jax.ops.segment_sum(y.astype(acc), rows, n + 1)[:n].astype(y.dtype)
+    return jax.ops.segment_sum(y.astype(acc), rows, n).astype(y.dtype)
 
 
 def _counts(rows, n, dtype):
-    return jax.ops.segment_sum(jnp.ones(rows.shape, dtype), rows, n + 1)[:n]
+    return jax.ops.segment_sum(jnp.ones(rows.shape, dtype), rows, n)
 
 
 def _trail(x, ndim):
@@ -215,7 +215,7 @@ def reduce_messages(spec: EdgeSpec, ys: list, rows, n: int) -> list:
 
 def softmax_reference(s, v, rows, n: int, *, gather_rows):
     """jraph's edge softmax and the weighted sum after it, term by term: (out, m, l)."""
-    m = jax.ops.segment_max(s, rows, n + 1)[:n]
+    m = jax.ops.segment_max(s, rows, n)
     e = jnp.exp(s - jnp.take(m, gather_rows, axis=0, mode="clip"))
     l = _segment_sum(e, rows, n)
     alpha = e / jnp.take(l, gather_rows, axis=0, mode="clip")
@@ -251,7 +251,7 @@ def _derived(spec: EdgeSpec, fn: ef.EdgeFn, extra: Sequence[Group], **changes) -
 def _segment_hits(spec: EdgeSpec, hit, src_ids, dst_ids):
     """How many edges of each row attain its extremum (dropped edges never do)."""
     rows = reduce_rows(spec, src_ids, dst_ids)
-    return jax.ops.segment_sum(hit.astype(jnp.float32), rows, spec.num_segments + 1)[:spec.num_segments]
+    return jax.ops.segment_sum(hit.astype(jnp.float32), rows, spec.num_segments)
 
 
 def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:

@@ -34,16 +34,28 @@ def temp_budget() -> int:
     return int(os.environ.get("JGNN_EDGE_TEMP_BYTES", DEFAULT_TEMP_BYTES))
 
 
+def _row_bytes(avals) -> int:
+    return sum(int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in avals)
+
+
 def edge_bytes(spec: eo.EdgeSpec, operand_avals) -> int:
-    """Bytes of edge-sized temporaries of the segment lowering: every gathered row and every message."""
-    row = 0
-    for a, g in zip(operand_avals, spec.groups, strict=True):
-        if g != Group.SHARED:
-            row += int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(a.dtype).itemsize
-    for m in eo.message_avals(spec, operand_avals):
-        if spec.over != Group.ALL or spec.reduce == eo.Reduce.NONE:
-            row += int(np.prod(m.shape[1:], dtype=np.int64)) * np.dtype(m.dtype).itemsize
-    return max(row, 1) * max(spec.num_edges, 1)
+    """Bytes of the edge-sized temporaries the segment lowering keeps after XLA fuses it.
+
+    XLA fuses each gather into its consumer, so gathered rows are not counted where a segment reduction consumes
+    the messages: the messages are (a scatter reads its operand whole), and for softmax also the weights
+    ``exp(s - m)``. A sum over all edges (a shared operand's cotangent) contracts the gathered rows themselves.
+    An op without reduction has no temporaries beyond its outputs, which blocks would not shrink.
+    """
+    msgs = eo.message_avals(spec, operand_avals)
+    if spec.reduce == eo.Reduce.NONE:
+        return 0
+    if spec.over == Group.ALL:
+        row = _row_bytes(a for a, g in zip(operand_avals, spec.groups, strict=True) if g != Group.SHARED)
+    elif spec.reduce == eo.Reduce.SOFTMAX:
+        row = _row_bytes(msgs) + _row_bytes(msgs[:1])
+    else:
+        row = _row_bytes(msgs)
+    return row * max(spec.num_edges, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +86,10 @@ def decide(spec: eo.EdgeSpec, operand_avals) -> Choice:
     budget = temp_budget()
     if total <= budget or spec.num_edges <= 1:
         return Choice("segment", 0, Reason.LOWER_SEGMENT, (("bytes", total), ("edges", spec.num_edges)))
-    block = max(1, int(spec.num_edges * budget // total))
+    # Equal blocks: one block plus a short tail would pay the per-block node-array work (softmax rescaling,
+    # the accumulator update) twice for little memory saved, and doubles the code.
+    blocks = -(-total // budget)
+    block = -(-spec.num_edges // blocks)
     return Choice("blocks", block, Reason.LOWER_BLOCKS, (("block", block), ("budget", budget), ("bytes", total)))
 
 
@@ -160,8 +175,8 @@ def _blocks(args, spec: eo.EdgeSpec, size: int) -> list:
         def step(carry, start, size):
             acc, count = carry
             ys, rows, _ = walk.block(start, size)
-            acc = [a + jax.ops.segment_sum(y.astype(a.dtype), rows, n + 1)[:n] for a, y in zip(acc, ys, strict=True)]
-            return acc, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n + 1)[:n]
+            acc = [a + jax.ops.segment_sum(y.astype(a.dtype), rows, n) for a, y in zip(acc, ys, strict=True)]
+            return acc, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n)
 
         acc, count = walk.fold(step, init)
         if kind == eo.Reduce.SUM:
@@ -177,8 +192,8 @@ def _blocks(args, spec: eo.EdgeSpec, size: int) -> list:
     def step(carry, start, size):
         best, count = carry
         ys, rows, _ = walk.block(start, size)
-        best = [combine(b, segment(y, rows, n + 1)[:n]) for b, y in zip(best, ys, strict=True)]
-        return best, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n + 1)[:n]
+        best = [combine(b, segment(y, rows, n)) for b, y in zip(best, ys, strict=True)]
+        return best, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n)
 
     best, count = walk.fold(step, init)
     return _empty_rows(spec, best, count)
@@ -219,10 +234,9 @@ def _extremum_with_hits(walk: _Walk, msgs, n: int) -> list:
         start = (i % blocks) * size
         ys, rows, _ = padded_walk.block(start, size)
         ys = [materialize(y) for y in ys]
-        new_best = [combine(b, segment(y, rows, n + 1)[:n]) for b, y in zip(best, ys, strict=True)]
+        new_best = [combine(b, segment(y, rows, n)) for b, y in zip(best, ys, strict=True)]
         best = [jnp.where(second, b, nb) for b, nb in zip(best, new_best, strict=True)]
-        count = jnp.where(second, count, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows,
-                                                                      n + 1)[:n])
+        count = jnp.where(second, count, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n))
         marks = [(y == jnp.take(jnp.concatenate([b, jnp.zeros((1,) + b.shape[1:], b.dtype)]), rows, axis=0))
                  & eo._trail(rows < n, y.ndim) for y, b in zip(ys, best, strict=True)]
         hits = [jnp.where(second, jax.lax.dynamic_update_slice_in_dim(h, m, start, 0), h)
@@ -253,14 +267,14 @@ def _online_softmax(walk: _Walk, msgs, n: int) -> list:
         m, l, acc, count = carry
         (s, v), rows, gather_rows = walk.block(start, size)
         s = s.astype(stat)
-        m_new = jnp.maximum(m, jax.ops.segment_max(s, rows, n + 1)[:n])
+        m_new = jnp.maximum(m, jax.ops.segment_max(s, rows, n))
         shift = jnp.where(m_new == -jnp.inf, jnp.zeros((), stat), m_new)
         corr = jnp.where(m == m_new, jnp.ones((), stat), jnp.exp(m - shift))
         p = jnp.exp(s - jnp.take(shift, gather_rows, axis=0, mode="clip"))
-        l = l * corr + jax.ops.segment_sum(p, rows, n + 1)[:n]
+        l = l * corr + jax.ops.segment_sum(p, rows, n)
         msg = eo._trail(p, v.ndim).astype(acc_dtype) * v.astype(acc_dtype)
-        acc = acc * eo._trail(corr, acc.ndim).astype(acc_dtype) + jax.ops.segment_sum(msg, rows, n + 1)[:n]
-        return m_new, l, acc, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n + 1)[:n]
+        acc = acc * eo._trail(corr, acc.ndim).astype(acc_dtype) + jax.ops.segment_sum(msg, rows, n)
+        return m_new, l, acc, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n)
 
     m, l, acc, count = walk.fold(step, init)
     has_edges = eo._trail(count, acc.ndim) > 0

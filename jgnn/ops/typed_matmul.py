@@ -5,8 +5,8 @@
 
 * ``sorted_blocks``: rows sorted by type, each type's rows padded to whole blocks of ``block`` rows, one batched
   GEMM over the blocks (one weight per block): the per-row FLOPs plus at most ``T·block`` padding rows, at GEMM
-  speed. The default on CPU (``ragged_dot`` there multiplies every row by every type's weight);
-* ``ragged_dot``: rows sorted by type and one grouped GEMM (``jax.lax.ragged_dot``), on GPU/TPU;
+  speed. The default of the XLA backend. (Not ``jax.lax.ragged_dot``: on CPU it multiplies every row by every
+  type's weights, so a NaN in another type's matrix reaches the row, which the reference never does);
 * ``pallas``: `pallas_kernels.typed_matmul`.
 
 The reference (the semantics) is the per-row product with the gathered weights. Derivatives are those of the
@@ -27,7 +27,7 @@ from jgnn import compat, facts
 from jgnn.facts import Info
 from jgnn.roles import Movement
 
-IMPLS = ("sorted_blocks", "ragged_dot", "pallas", "pallas_interpret", "reference")
+IMPLS = ("sorted_blocks", "pallas", "pallas_interpret", "reference")
 
 typed_matmul_p = jcore.Primitive("jgnn_typed_matmul")
 
@@ -81,22 +81,6 @@ def sorted_blocks(x, table, types, *, block: int, **_):
     return jnp.zeros_like(y_sorted).at[order].set(y_sorted, unique_indices=True).astype(jnp.result_type(x, table))
 
 
-def ragged(x, table, types, **_):
-    groups = table.shape[0]
-    types = jnp.clip(types, 0, groups - 1)
-    order = jnp.argsort(types, stable=True)
-    sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
-    xs = x[order]
-    if _heads(x) == 0:
-        ys = jax.lax.ragged_dot(xs, table, sizes)
-    else:
-        flat = xs.reshape(xs.shape[0], -1, xs.shape[-1])
-        w = table.reshape((groups, -1) + table.shape[-2:])
-        ys = jnp.stack([jax.lax.ragged_dot(flat[:, k], w[:, k], sizes) for k in range(flat.shape[1])], axis=1)
-        ys = ys.reshape(xs.shape[:-1] + (table.shape[-1],))
-    return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
-
-
 def _pallas(x, table, types, *, interpret: bool, **_):
     import pallas_kernels as pk
 
@@ -111,7 +95,7 @@ def _pallas(x, table, types, *, interpret: bool, **_):
     return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
 
 
-IMPL = {"sorted_blocks": sorted_blocks, "ragged_dot": ragged, "reference": reference,
+IMPL = {"sorted_blocks": sorted_blocks, "reference": reference,
         "pallas": functools.partial(_pallas, interpret=False),
         "pallas_interpret": functools.partial(_pallas, interpret=True)}
 

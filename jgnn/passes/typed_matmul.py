@@ -13,7 +13,6 @@ The implementation is chosen per backend and platform (the report says which and
 
 from __future__ import annotations
 
-import jax
 from jax import lax
 
 from jgnn import facts, ir
@@ -43,13 +42,10 @@ def typed_table(atom: ir.Atom, ctx: Context, made_by):
 
 
 def choose_impl(backend: str) -> tuple[str, str]:
-    """(implementation, why) for a backend on this platform."""
+    """(implementation, why) for a backend."""
     if backend in ("pallas", "pallas_interpret"):
         return backend, "pallas_kernels.typed_matmul"
-    if jax.default_backend() == "cpu":
-        return "sorted_blocks", "rows sorted by type into whole blocks, one GEMM per block (ragged_dot on CPU " \
-                                "multiplies every row by every type's weight)"
-    return "ragged_dot", "one grouped GEMM over rows sorted by type"
+    return "sorted_blocks", "rows sorted by type into whole blocks, one GEMM per block"
 
 
 def _table_layout(op: ir.Op, table: ir.Atom) -> tuple[bool, int] | None:
