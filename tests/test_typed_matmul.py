@@ -28,21 +28,27 @@ def case(rng, rows, groups, d_in, d_out, heads=(), dtype=jnp.float32):
 IMPLS = ("sorted_blocks", "reference")
 
 
+# Few types rank rows by a running count, many by a sort (`COUNTING_TYPES`): both paths.
+GROUPS = [4, tm.COUNTING_TYPES + 3]
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("width", [1, 7, 41])
 @pytest.mark.parametrize("heads", [(), (3,)])
-def test_matches_reference(impl, width, heads):
-    rng = np.random.default_rng(width * 10 + len(heads))
-    x, table, types = case(rng, 37, 4, width, width + 2, heads)
+@pytest.mark.parametrize("groups", GROUPS)
+def test_matches_reference(impl, width, heads, groups):
+    rng = np.random.default_rng(width * 10 + len(heads) + groups)
+    x, table, types = case(rng, 37, groups, width, width + 2, heads)
     check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl=impl, block=8),
-                            lambda x, w: reference(x, w, types), x, table)
+                            lambda x, w: reference(x, w, types), x, table, terms=width + 2)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_other_types_weights_never_reach_a_row(impl):
+@pytest.mark.parametrize("groups", GROUPS)
+def test_other_types_weights_never_reach_a_row(impl, groups):
     """A NaN/inf matrix of a type only some rows have stays out of the others, values and both derivatives."""
-    rng = np.random.default_rng(1)
-    x, table, types = case(rng, 20, 3, 5, 4)
+    rng = np.random.default_rng(groups)
+    x, table, types = case(rng, 40, groups, 5, 4)
     table = table.at[2, 0, 0].set(jnp.nan).at[1, 1, 1].set(jnp.inf)
     x = x.at[3, 2].set(jnp.inf)
     types = types.at[:6].set(0)

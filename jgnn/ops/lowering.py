@@ -5,8 +5,10 @@ for the report). Derived ops (JVPs, transposes, batching) keep their parent's ba
 way. `run` is the lowering of the `edge_op` primitive:
 
 * ``segment``: `jgnn.ops.edge_op.reference` itself: gathers, the edge function over all edges, segment ops.
-  Fastest on CPU while the edge temporaries fit the budget (``JGNN_EDGE_TEMP_BYTES``, default 512 MiB);
-* ``blocks``: the same per block of edges in a ``fori_loop`` (and one tail block), holding one block of edge
+  Fastest on CPU while the edge temporaries (`edge_bytes`) fit the budget (``JGNN_EDGE_TEMP_BYTES``, default
+  512 MiB);
+* ``blocks``: the same per block of edges in a ``fori_loop`` (equal blocks, the last one shorter by less than
+  the block count), holding one block of edge
   values at a time; max/min keep a running extremum, softmax an online (max, sum, accumulator) per row;
 * ``kernel``: the Pallas kernels (`jgnn.ops.pallas`), on a CSR from the `GraphLayout` or sorted in the program.
 """

