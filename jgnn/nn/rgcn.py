@@ -34,6 +34,13 @@ def relation_types(graph: jraph.GraphsTuple, name: str, num_relations: int):
     return types
 
 
+def per_edge_entry(table, receivers, types):
+    """``table[receivers[e], types[e]]`` for a ``[N, R]`` table, with jnp indexing semantics on both axes."""
+    n, r = table.shape
+    wrap = lambda i, size: jnp.clip(jnp.where(i < 0, i + size, i), 0, size - 1)
+    return table.reshape(-1)[wrap(receivers, n) * r + wrap(types, r)]
+
+
 def typed_inputs(graph: jraph.GraphsTuple, name: str, *, num_node_types: int | None = None,
                  num_edge_types: int | None = None):
     """Validate a typed graph (node and edge ``"type"``) for module ``name``; return (features, node types,
@@ -145,13 +152,12 @@ class RGCNConv(nn.Module):
             scale = jnp.where(counts > 0, 1.0 / jnp.maximum(counts, 1.0), 0.0) if self.aggr == "mean" else None
 
             def phi(src, dst, edge):
-                rel = edge[graph_lib.TYPE_KEY]
-                message = transform(sets.src(src)["h"], rel)
-                return message if scale is None else message * sets.dst(dst)["inv"][rel].astype(message.dtype)
+                message = transform(sets.src(src)["h"], edge[graph_lib.TYPE_KEY])
+                return message if scale is None else message * edge["inv"].astype(message.dtype)
 
             reduce, finish = mailbox.sum, lambda node, agg: agg
-            if scale is not None:
-                g = g._replace(nodes=sets.with_dst(g.nodes, inv=scale))
+            if scale is not None:  # one scale per edge, not a gathered [R] row per edge indexed by its relation
+                g = g._replace(edges={**g.edges, "inv": per_edge_entry(scale, g.receivers, types)})
         else:  # max/min come before W_r (PyG): reduce raw rows per relation, masked by a one-hot
             never_wins = jnp.finfo(jnp.float32).max * (1.0 if self.aggr == "min" else -1.0)
 
