@@ -34,7 +34,7 @@ from jgnn import analysis as analysis_lib
 from jgnn import bucketing, facts, ir
 from jgnn import layout as layout_lib
 from jgnn import remat as remat_lib
-from jgnn.report import CacheStats, EquationRecord, Reason, Report
+from jgnn.report import CacheStats, EquationRecord, Report
 
 BACKENDS = ("auto", "pallas", "pallas_interpret", "xla", "reference")
 _GRAPH_ROLES = {"nodes": "nodes", "edges": "edges", "senders": "senders", "receivers": "receivers",
@@ -271,19 +271,12 @@ def _nested_kernels(program: ir.Program, report: Report) -> None:
     """Fused ops already in the traced program (a compiled layer inside a compiled model) are kernels too."""
     from jgnn.ops import lowering
     from jgnn.ops.edge_op import edge_op_p
-    from jgnn.ops.typed_matmul import typed_matmul_p
 
     for op in program.ops:
         if op.prim is edge_op_p:
             spec = op.params["spec"]
             choice = lowering.decide(spec, [a.aval for a in op.inputs[2:2 + len(spec.groups)]])
             report.kernel(spec.name, spec.backend, choice.impl, choice.code, nested=True, **dict(choice.params))
-        elif op.prim is typed_matmul_p:
-            x, table = op.inputs[:2]
-            impl = op.params["impl"]
-            report.kernel("typed_matmul", impl if impl.startswith("pallas") else "xla", impl, Reason.GROUPED_MATMUL,
-                          nested=True, index="type", rows=x.shape[0], d_in=x.shape[-1], d_out=table.shape[-1],
-                          impl=impl)
 
 
 def _evaluate(program: ir.Program, names: dict, policy, *flat):

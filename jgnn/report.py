@@ -62,6 +62,7 @@ class Reason(enum.StrEnum):
     UNSUPPORTED_DIMENSION_NUMBERS = "unsupported_dimension_numbers"
     # cleanup
     MERGED_DUPLICATES = "merged_duplicates"
+    MERGED_TYPED_MATMULS = "merged_typed_matmuls"
     FOLDED_CONSTANTS = "folded_constants"
     REMOVED_DEAD = "removed_dead"
     # fusion
@@ -131,6 +132,8 @@ MESSAGES: dict[Reason, str] = {
     Reason.UNSUPPORTED_DIMENSION_NUMBERS: "dot_general with a typed weight in a layout the grouped matmul does "
                                           "not cover",
     Reason.MERGED_DUPLICATES: "merged {count} duplicate ops",
+    Reason.MERGED_TYPED_MATMULS: "{count} typed matmuls of the same {rows} rows by the same types run as one "
+                                 "({d_out} output columns): the rows are packed once",
     Reason.FOLDED_CONSTANTS: "evaluated {count} ops on literal scalars at compile time",
     Reason.REMOVED_DEAD: "removed {count} dead ops",
     Reason.FUSED_REDUCE: "gather→{ops} edge ops→segment {reduce} over {edges} edges in one op; the {shape} "

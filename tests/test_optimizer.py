@@ -228,6 +228,20 @@ def test_typed_weights_never_materialise_per_edge(model, backend, monkeypatch):
     _check_forward_and_grad(layer, reference, graph)
 
 
+def test_typed_matmuls_of_the_same_rows_run_as_one():
+    """HGT's K, Q and V of the node features (same rows, same node types) are one typed matmul."""
+    rng = _rng(3)
+    graph = random_graph(rng, 18, 60, 9, node_types=2, edge_types=3, isolated=2)
+    parts = make_hgt(rng, 9, heads=2, d_head=4)
+    layer = jgnn.message_passing(*parts[:3], backend="xla")
+    report = jgnn.explain(layer, graph)
+    merged = [d for d in report.applied_rewrites if d.code == Reason.MERGED_TYPED_MATMULS]
+    assert [(d.get("count"), d.get("rows"), d.get("d_out")) for d in merged] == [(3, 18, 24)]
+    node_level = [k for k in report.kernels if k.op == "typed_matmul" and k.get("rows") == 18]
+    assert [k.get("d_out") for k in node_level] == [24]
+    _check_forward_and_grad(layer, jgnn.message_passing(*parts[:3], backend="reference"), graph)
+
+
 def test_linear_reorder_shared_and_typed():
     rng = _rng()
     graph = random_graph(rng, 30, 200, 16, edge_types=3)

@@ -131,6 +131,23 @@ def test_max_min_ties_split_the_gradient(backend, reduce):
     assert _fused(jgnn.explain(compiled, g), f"gather_reduce({reduce})")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_float64_ties_split_the_gradient_in_float64(backend, reduce):
+    """Three tied edges share the tangent in thirds to float64 precision, as JAX's own segment max does (a
+    float32 1/3 is off by 1e-8). The oracle is plain JAX, since jgnn's reference backend shares the rule."""
+    with x64():
+        h = jnp.asarray(np.random.default_rng(5).normal(size=(4, 6)), jnp.float64)
+        senders, receivers = jnp.asarray([0, 0, 0, 2, 3, 3, 3, 1, 2]), jnp.asarray([1, 1, 1, 1, 2, 2, 2, 0, 3])
+        g = jraph.GraphsTuple(nodes={"h": h}, edges=None, senders=senders, receivers=receivers,
+                              n_node=jnp.asarray([4]), n_edge=jnp.asarray([9]), globals=None)
+        compiled = jgnn.message_passing(lambda s, d, e: s["h"] * 1.0, lambda mb, node: getattr(jgnn, reduce)(mb),
+                                        lambda node, agg: {"h": agg}, backend=backend)
+        segment = getattr(jax.ops, f"segment_{reduce}")
+        check_against_reference(lambda x: compiled(g._replace(nodes={"h": x})).nodes["h"],
+                                lambda x: segment(x[senders], receivers, 4), h, dtype=np.float64)
+
+
 # ---- (a) integer index arithmetic, E ≤ N ------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", BACKENDS)

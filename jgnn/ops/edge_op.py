@@ -248,10 +248,11 @@ def _derived(spec: EdgeSpec, fn: ef.EdgeFn, extra: Sequence[Group], **changes) -
     return spec.replace(fn=fn, groups=spec.groups + tuple(extra), hits=False, **changes)
 
 
-def _segment_hits(spec: EdgeSpec, hit, src_ids, dst_ids):
-    """How many edges of each row attain its extremum (dropped edges never do)."""
+def _segment_hits(spec: EdgeSpec, hit, src_ids, dst_ids, dtype):
+    """How many edges of each row attain its extremum (dropped edges never do), in ``dtype``: the tie share
+    ``1 / count`` is exact to the values' precision, as JAX's scatter-max rule computes it (float64 for float64)."""
     rows = reduce_rows(spec, src_ids, dst_ids)
-    return jax.ops.segment_sum(hit.astype(jnp.float32), rows, spec.num_segments)
+    return jax.ops.segment_sum(hit.astype(dtype), rows, spec.num_segments)
 
 
 def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
@@ -306,7 +307,7 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
         best, hits = with_hits[:k], [checkpoint_name(h, EDGE_MASK_NAME) for h in with_hits[k:]]
         tangents_out = []
         for i, (b, h) in enumerate(zip(best, hits, strict=True)):
-            ties = _segment_hits(spec, h, src_ids, dst_ids)
+            ties = _segment_hits(spec, h, src_ids, dst_ids, _count_dtype(b.dtype))
             denom = checkpoint_name(ties + _trail(b == identity(kind.value, b.dtype), ties.ndim).astype(ties.dtype),
                                     STATS_NAME)
             fn = ef.ExtremumTangent(_Pick(spec.fn, (i,)), slots)

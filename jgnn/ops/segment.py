@@ -132,8 +132,10 @@ def _jvp(primals, tangents, *, kind, num_segments, index, empty):
     at_row = gather(out, ids, index=index, mode="clip", wrap=False)
     valid = (ids >= 0) & (ids < n)
     hit = (x == at_row) & _trail(valid, x.ndim)
-    ties = jax.ops.segment_sum(hit.astype(jnp.float32), ids, n)
-    retained = (out == identity(kind, x.dtype)).astype(jnp.float32)
+    # Counted in the values' precision (float64 for float64), as JAX's scatter-max rule counts.
+    count_dtype = accumulation_dtype(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+    ties = jax.ops.segment_sum(hit.astype(count_dtype), ids, n)
+    retained = (out == identity(kind, x.dtype)).astype(count_dtype)
     share = jnp.where(hit, 1.0 / gather(ties + retained, ids, index=index, mode="clip", wrap=False), 0.0)
     return out, _bind((dx * share.astype(dx.dtype)).astype(dx.dtype), ids, kind="sum", num_segments=n,
                                index=index, empty="identity")

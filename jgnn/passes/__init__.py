@@ -21,6 +21,8 @@ PIPELINE = (
     ("cse", cleanup.cse),
     ("dce", cleanup.dce),
     ("typed_matmul", typed_matmul.run),
+    ("cse", cleanup.cse),  # the type columns each typed matmul sliced out are one value again
+    ("typed_matmul_merge", typed_matmul.merge),
     ("fuse", fusion.run),
     ("dce", cleanup.dce),
 )

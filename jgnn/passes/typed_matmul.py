@@ -104,8 +104,6 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             b.bind(gather_p, [per_pair, pairs.edge_pair], dict(index=Index.PAIR, mode="clip", wrap=False),
                    outputs=op.outputs)
             rows = pairs.pair_src.shape[0]
-        ctx.report.kernel("typed_matmul", ctx.backend, impl, Reason.GROUPED_MATMUL, index=index.value, rows=rows,
-                          d_in=x.shape[-1], d_out=op.outputs[0].shape[-1], impl=impl, why=why)
         ctx.applied(Pass.TYPED_MATMUL, Reason.GROUPED_MATMUL, index=index.value, rows=rows, d_in=x.shape[-1],
                     d_out=op.outputs[0].shape[-1], impl=impl, why=why)
     return b.finish()
@@ -128,3 +126,60 @@ def _compact_pairs(x: ir.Atom, ctx: Context, made_by):
         return None
     ctx.applied(Pass.COMPACT_MATERIALIZE, Reason.COMPACTED_PAIRS, pairs=u, edges=e, ratio=e / u)
     return gather.inputs[0], lay
+
+
+def merge(program: ir.Program, ctx: Context) -> ir.Program:
+    """Typed matmuls of the same rows by the same types (HGT's K, Q and V of the node features) run as one, over
+    their tables concatenated along the output axis: the rows are packed and unpacked once, in one GEMM.
+
+    Then one kernel record per typed matmul that runs.
+    """
+    defined = {v.id: i for i, op in enumerate(program.ops) for v in op.outputs}
+    groups: dict[tuple, list[int]] = {}
+    for i, op in enumerate(program.ops):
+        x, table, types = op.inputs if op.prim is typed_matmul_p else (None, None, None)
+        if isinstance(x, ir.Value) and isinstance(types, ir.Value):
+            key = (x.id, types.id, op.params["impl"], op.params["block"], table.shape[:-1], table.dtype)
+            groups.setdefault(key, []).append(i)
+    lead: dict[int, list[ir.Op]] = {}
+    for members in groups.values():
+        first = members[0]
+        # Every table must exist where the merged op runs (at the first member).
+        members = [i for i in members if defined.get(getattr(program.ops[i].inputs[1], "id", None), -1) < first]
+        if len(members) > 1:
+            lead[members[0]] = [program.ops[i] for i in members]
+    merged = {id(op) for ops in lead.values() for op in ops}
+    b = Builder(program, ctx)
+    for i, op in enumerate(program.ops):
+        if i in lead:
+            _emit_merged(b, lead[i], ctx)
+        elif id(op) not in merged:
+            b.emit(op)
+    out = b.finish()
+    for op in out.ops:
+        if op.prim is typed_matmul_p:
+            x, table, types = op.inputs
+            impl = op.params["impl"]
+            ctx.report.kernel("typed_matmul", ctx.backend, impl, Reason.GROUPED_MATMUL,
+                              index=ctx.info(types).index.value if ctx.info(types).index else "type",
+                              rows=x.shape[0], d_in=x.shape[-1], d_out=table.shape[-1], impl=impl)
+    return out
+
+
+def _emit_merged(b: Builder, ops: list[ir.Op], ctx: Context) -> None:
+    x, _, types = ops[0].inputs
+    tables = [op.inputs[1] for op in ops]
+    axis = tables[0].ndim - 1
+    (table,) = b.bind(lax.concatenate_p, tables, dict(dimension=axis))
+    (y,) = b.bind(typed_matmul_p, [x, table, types], dict(ops[0].params))
+    start = 0
+    for op, t in zip(ops, tables, strict=True):
+        out = op.outputs[0]
+        lo, hi = [0] * out.ndim, list(out.shape)
+        lo[-1], hi[-1] = start, start + t.shape[-1]
+        b.bind(lax.slice_p, [y], dict(start_indices=tuple(lo), limit_indices=tuple(hi), strides=None),
+               outputs=[out])
+        start += t.shape[-1]
+    ctx.applied(Pass.TYPED_MATMUL, Reason.MERGED_TYPED_MATMULS, count=len(ops), rows=x.shape[0],
+                d_out=table.shape[-1])
+
