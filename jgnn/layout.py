@@ -89,8 +89,12 @@ def fingerprint(senders, receivers, types=None) -> str:
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
 class GraphLayout:
-    """The CSRs (and typed pairs) of one edge list; ``self_loops``, ``num_nodes``, ``digest`` and ``reversed``
-    are static (they live in the pytree structure, so they stay Python values under ``jit``)."""
+    """The CSRs (and typed pairs) of one edge list; ``self_loops``, ``num_nodes``, ``digest``, ``reversed`` and
+    ``pair_groups`` are static (they live in the pytree structure, so they stay Python values under ``jit``).
+
+    ``pair_groups``: ``(edge type, first pair, end pair)`` per edge type, in pair order (the pairs are sorted by
+    type): a typed matmul over the pairs is one GEMM per type on static slices, with no sort in the program.
+    """
 
     csr: pk.CSR
     rev_csr: pk.CSR
@@ -99,9 +103,11 @@ class GraphLayout:
     num_nodes: int = 0
     digest: str = ""
     reversed: bool = False  # describes the graph with every edge turned around (see `reverse`)
+    pair_groups: tuple[tuple[int, int, int], ...] = ()
 
     def tree_flatten(self):
-        return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed)
+        return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed,
+                                                      self.pair_groups)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -125,11 +131,12 @@ class GraphLayout:
             types = None  # the self-loop relation is the layer's choice: typed pairs describe the graph's own edges
         csr, rev = pk.build_csr_numpy(senders, receivers, n, valid)
         pairs = None if types is None else TypedPairs.from_edges(senders, types)
-        return cls(csr, rev, pairs, self_loops, n, digest)
+        return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs))
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""
-        return dataclasses.replace(self, csr=self.rev_csr, rev_csr=self.csr, pairs=None, reversed=not self.reversed)
+        return dataclasses.replace(self, csr=self.rev_csr, rev_csr=self.csr, pairs=None, reversed=not self.reversed,
+                                   pair_groups=())
 
     def edges_name(self, graph: int) -> str:
         """The edge list the compiler matches this layout to (`jgnn.facts.Info.edges`)."""
@@ -150,6 +157,15 @@ class GraphLayout:
                 and fingerprint(senders, receivers) != self.digest:
             raise LayoutMismatchError("the GraphLayout was built for another graph: this graph's senders, receivers "
                                       "or edge types differ (build it with GraphLayout.from_graph(graph))")
+
+
+def _groups(pairs: TypedPairs | None) -> tuple[tuple[int, int, int], ...]:
+    if pairs is None:
+        return ()
+    types = np.asarray(pairs.pair_type)
+    values, starts = np.unique(types, return_index=True)  # sorted by type: each type is one run
+    ends = np.append(starts[1:], types.shape[0])
+    return tuple((int(t), int(lo), int(hi)) for t, lo, hi in zip(values, starts, ends, strict=True))
 
 
 def in_program(senders, receivers, num_nodes: int, valid=None) -> tuple[pk.CSR, pk.CSR]:

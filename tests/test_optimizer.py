@@ -301,9 +301,12 @@ def test_compact_materialize_per_source_and_edge_type(padded):
     parts = make_rgcn(rng, 7)
     layer = jgnn.message_passing(*parts, backend="xla")
     reference = jgnn.message_passing(*parts, backend="reference")
-    applied = [d for d in jgnn.explain(layer, graph, layout=layout).applied_rewrites
-               if d.code == Reason.COMPACTED_PAIRS]
+    report = jgnn.explain(layer, graph, layout=layout)
+    applied = [d for d in report.applied_rewrites if d.code == Reason.COMPACTED_PAIRS]
     assert applied and applied[0].get("pairs") < applied[0].get("edges")
+    # The layout's pairs come in static runs of one type: one GEMM per run, no sort in the program.
+    per_pair = [k for k in report.kernels if k.op == "typed_matmul" and k.get("rows") == applied[0].get("pairs")]
+    assert [k.lowering for k in per_pair] == ["static_groups"]
     mask = real_nodes(graph) if padded else slice(None)
     np.testing.assert_allclose(layer(graph, layout=layout).nodes["h"][mask], reference(graph).nodes["h"][mask], **TOL)
 

@@ -88,3 +88,20 @@ def test_float64():
         x, table, types = case(np.random.default_rng(5), 30, 3, 602, 7, dtype=jnp.float64)
         check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="sorted_blocks", block=8),
                                 lambda x, w: reference(x, w, types), x, table)
+
+
+@pytest.mark.parametrize("heads", [(), (3,)])
+def test_static_groups_match_reference(heads):
+    """Rows in static runs of one type (a layout's typed pairs), including a type the table clamps."""
+    rng = np.random.default_rng(7)
+    x, table, _ = case(rng, 11, 3, 7, 5, heads)
+    groups = ((0, 0, 4), (2, 4, 5), (5, 5, 11))  # type 5 is out of range: clamped to the last matrix
+    types = jnp.asarray([0] * 4 + [2] + [5] * 6, jnp.int32)
+    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="static_groups", groups=groups),
+                            lambda x, w: reference(x, w, types), x, table, terms=7)
+
+
+def test_static_groups_must_cover_the_rows():
+    x, table, types = case(np.random.default_rng(8), 6, 2, 3, 2)
+    with pytest.raises(ValueError, match="do not cover"):
+        tm.typed_matmul(x, table, types, impl="static_groups", groups=((0, 0, 4),))

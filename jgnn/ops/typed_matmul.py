@@ -7,6 +7,8 @@
   GEMM over the blocks (one weight per block): the per-row FLOPs plus at most ``T·block`` padding rows, at GEMM
   speed. The default of the XLA backend. (Not ``jax.lax.ragged_dot``: on CPU it multiplies every row by every
   type's weights, so a NaN in another type's matrix reaches the row, which the reference never does);
+* ``static_groups``: rows already in runs of one type at offsets known on the host (a `GraphLayout`'s typed
+  pairs): one GEMM per run on a static slice, no sort, no packing;
 * ``pallas``: `pallas_kernels.typed_matmul`.
 
 The reference (the semantics) is the per-row product with the gathered weights. Derivatives are those of the
@@ -27,7 +29,7 @@ from jgnn import compat, facts
 from jgnn.facts import Info
 from jgnn.roles import Movement
 
-IMPLS = ("sorted_blocks", "pallas", "pallas_interpret", "reference")
+IMPLS = ("sorted_blocks", "static_groups", "pallas", "pallas_interpret", "reference")
 
 typed_matmul_p = jcore.Primitive("jgnn_typed_matmul")
 
@@ -36,8 +38,9 @@ def _bind(*args, **params):
     return typed_matmul_p.bind(*compat.match_vma(args), **params)
 
 
-def typed_matmul(x, table, types, *, impl: str, block: int = 128):
-    return _bind(x, table, types, impl=impl, block=int(block))
+def typed_matmul(x, table, types, *, impl: str, block: int = 128, groups: tuple = ()):
+    """``groups`` (for ``impl="static_groups"``): the static ``(type, first row, end row)`` runs of ``types``."""
+    return _bind(x, table, types, impl=impl, block=int(block), groups=tuple(groups))
 
 
 def _heads(x) -> int:
@@ -98,6 +101,23 @@ def sorted_blocks(x, table, types, *, block: int, **_):
     return yb.reshape((capacity,) + yb.shape[2:])[position].astype(jnp.result_type(x, table))
 
 
+def static_groups(x, table, types, *, groups: tuple, **_):
+    """Rows already in runs of one type at static offsets (a `GraphLayout`'s typed pairs): one GEMM per run on a
+    static slice, no sort and no packing. ``types`` is not read: the layout that gave ``groups`` was checked
+    against the graph."""
+    if not groups or sum(hi - lo for _, lo, hi in groups) != x.shape[0]:
+        raise ValueError(f"typed_matmul: static groups {groups} do not cover the {x.shape[0]} rows")
+    dtype = jnp.result_type(x, table)
+    h = _heads(x)
+    pieces = []
+    for t, lo, hi in groups:
+        w = table[min(max(t, 0), table.shape[0] - 1)]  # [*heads, d_in, d_out], clamped as the gather was
+        y = jax.lax.dot_general(x[lo:hi], w, (((h + 1,), (h,)), (tuple(range(1, h + 1)), tuple(range(h)))),
+                                preferred_element_type=dtype)  # [*heads, rows, d_out]
+        pieces.append(jnp.moveaxis(y, h, 0))
+    return jnp.concatenate(pieces).astype(dtype)
+
+
 def _pallas(x, table, types, *, interpret: bool, **_):
     import pallas_kernels as pk
 
@@ -112,26 +132,26 @@ def _pallas(x, table, types, *, interpret: bool, **_):
     return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
 
 
-IMPL = {"sorted_blocks": sorted_blocks, "reference": reference,
+IMPL = {"sorted_blocks": sorted_blocks, "static_groups": static_groups, "reference": reference,
         "pallas": functools.partial(_pallas, interpret=False),
         "pallas_interpret": functools.partial(_pallas, interpret=True)}
 
 
-def run(x, table, types, *, impl: str, block: int):
-    return IMPL[impl](x, table, types, block=block)
+def run(x, table, types, *, impl: str, block: int, groups: tuple = ()):
+    return IMPL[impl](x, table, types, block=block, groups=groups)
 
 
-def _abstract_eval(x, table, types, *, impl, block):
+def _abstract_eval(x, table, types, *, impl, block, groups):
     if table.ndim != x.ndim + 1 or types.shape != x.shape[:1]:
         raise ValueError(f"typed_matmul: x {x.shape}, table {table.shape}, types {types.shape}")
     shape = x.shape[:-1] + (table.shape[-1],)
     return compat.shaped_like(shape, jnp.result_type(x.dtype, table.dtype), [x, table, types])
 
 
-def _jvp(primals, tangents, *, impl, block):
+def _jvp(primals, tangents, *, impl, block, groups):
     x, table, types = primals
     moving = [k for k in (0, 1) if type(tangents[k]) is not ad.Zero]
-    out = _bind(x, table, types, impl=impl, block=block)
+    out = _bind(x, table, types, impl=impl, block=block, groups=groups)
     if not moving:
         return out, compat.zero_tangent(out)
 
@@ -139,18 +159,18 @@ def _jvp(primals, tangents, *, impl, block):
         full = [x, table]
         for k, a in zip(moving, args, strict=True):
             full[k] = a
-        return run(*full, types, impl=impl, block=block)
+        return run(*full, types, impl=impl, block=block, groups=groups)
 
     _, tangent = jax.jvp(at, tuple(primals[k] for k in moving), tuple(tangents[k] for k in moving))
     return out, tangent
 
 
-def _batch(args, dims, *, impl, block):
+def _batch(args, dims, *, impl, block, groups):
     moved = [batching.bdim_at_front(a, d, next(np.shape(b)[e] for b, e in zip(args, dims, strict=True)
                                                if e is not compat.not_mapped))
              if d is not compat.not_mapped else a for a, d in zip(args, dims, strict=True)]
     axes = [0 if d is not compat.not_mapped else None for d in dims]
-    return jax.vmap(functools.partial(run, impl=impl, block=block), in_axes=axes)(*moved), 0
+    return jax.vmap(functools.partial(run, impl=impl, block=block, groups=groups), in_axes=axes)(*moved), 0
 
 
 def _residency(op, infos, ctx):
@@ -165,7 +185,7 @@ def _cost(op) -> float:
 
 
 typed_matmul_p.def_abstract_eval(_abstract_eval)
-typed_matmul_p.def_impl(jax.jit(run, static_argnames=("impl", "block")))
+typed_matmul_p.def_impl(jax.jit(run, static_argnames=("impl", "block", "groups")))
 mlir.register_lowering(typed_matmul_p, mlir.lower_fun(run, multiple_results=False))
 ad.primitive_jvps[typed_matmul_p] = _jvp
 batching.primitive_batchers[typed_matmul_p] = _batch

@@ -26,6 +26,7 @@ class LayoutInputs:
     values: tuple[ir.Value, ...]
     tree: Any  # its pytree structure
     pairs: Any = None  # the TypedPairs leaves among ``values``, as a TypedPairs of Values, if it has them
+    pair_groups: tuple = ()  # the layout's static (type, first, end) runs of the pairs
 
 
 @dataclasses.dataclass

@@ -93,14 +93,20 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         index = ctx.info(column).index
         compact = _compact_pairs(x, ctx, made_by) if index == Index.EDGE_TYPE else None
         if compact is None:
-            b.bind(typed_matmul_p, [x, table, types], dict(impl=impl, block=128), outputs=op.outputs)
+            b.bind(typed_matmul_p, [x, table, types], dict(impl=impl, block=128, groups=()), outputs=op.outputs)
             rows = x.shape[0]
         else:
             node_rows, lay = compact
             pairs = lay.pairs
             (pair_rows,) = b.bind(gather_p, [node_rows, pairs.pair_src], dict(index=Index.PAIR_SRC, mode="clip",
                                                                               wrap=False))
-            (per_pair,) = b.bind(typed_matmul_p, [pair_rows, table, pairs.pair_type], dict(impl=impl, block=128))
+            # The layout's pairs come in static runs of one type: slices, not a sort (a Pallas backend keeps its
+            # kernel).
+            static = lay.pair_groups and impl == "sorted_blocks"
+            params = dict(impl="static_groups", block=128, groups=lay.pair_groups) if static else \
+                dict(impl=impl, block=128, groups=())
+            (per_pair,) = b.bind(typed_matmul_p, [pair_rows, table, pairs.pair_type], params)
+            impl = params["impl"]
             b.bind(gather_p, [per_pair, pairs.edge_pair], dict(index=Index.PAIR, mode="clip", wrap=False),
                    outputs=op.outputs)
             rows = pairs.pair_src.shape[0]
