@@ -91,13 +91,27 @@ def test_float64():
 
 
 @pytest.mark.parametrize("heads", [(), (3,)])
-def test_static_groups_match_reference(heads):
+@pytest.mark.parametrize("block", [4, 128])
+def test_static_groups_match_reference(heads, block):
     """Rows in static runs of one type (a layout's typed pairs), including a type the table clamps."""
     rng = np.random.default_rng(7)
     x, table, _ = case(rng, 11, 3, 7, 5, heads)
     groups = ((0, 0, 4), (2, 4, 5), (5, 5, 11))  # type 5 is out of range: clamped to the last matrix
     types = jnp.asarray([0] * 4 + [2] + [5] * 6, jnp.int32)
-    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="static_groups", groups=groups),
+    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="static_groups", groups=groups,
+                                                            block=block),
+                            lambda x, w: reference(x, w, types), x, table, terms=7)
+
+
+def test_many_static_groups_match_reference():
+    """More runs than `FEW_GROUPS`: the blocked GEMM with host-computed slots."""
+    rng = np.random.default_rng(9)
+    sizes = rng.integers(1, 6, size=tm.FEW_GROUPS + 4)
+    ends = np.cumsum(sizes)
+    groups = tuple((t, int(e - n), int(e)) for t, (n, e) in enumerate(zip(sizes, ends, strict=True)))
+    x, table, _ = case(rng, int(ends[-1]), len(groups), 7, 5)
+    types = jnp.asarray(np.repeat(np.arange(len(groups)), sizes), jnp.int32)
+    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="static_groups", groups=groups, block=4),
                             lambda x, w: reference(x, w, types), x, table, terms=7)
 
 

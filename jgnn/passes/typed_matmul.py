@@ -100,9 +100,9 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             pairs = lay.pairs
             (pair_rows,) = b.bind(gather_p, [node_rows, pairs.pair_src], dict(index=Index.PAIR_SRC, mode="clip",
                                                                               wrap=False))
-            # The layout's pairs come in static runs of one type: slices, not a sort (a Pallas backend keeps its
-            # kernel).
-            static = lay.pair_groups and impl == "sorted_blocks"
+            # The layout's pairs come in static runs of one type: the packing is known on the host, no sort in the
+            # program (a Pallas backend keeps its kernel).
+            static = bool(lay.pair_groups) and impl == "sorted_blocks"
             params = dict(impl="static_groups", block=128, groups=lay.pair_groups) if static else \
                 dict(impl=impl, block=128, groups=())
             (per_pair,) = b.bind(typed_matmul_p, [pair_rows, table, pairs.pair_type], params)
