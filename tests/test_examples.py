@@ -28,6 +28,7 @@ def _last_json(proc):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 52 s of training on 2 cores: the slow tier keeps `make test` under 15 minutes
 @pytest.mark.parametrize("args", [
     ("train.py", "--model", "gat", "--dataset", "cora"),
     ("train.py", "--model", "gcn", "--dataset", "citeseer", "--no-memory"),

@@ -59,6 +59,7 @@ def test_readme_lists_every_script_and_only_real_flags(capsys):
         assert set(listed) == real, (script, sorted(set(listed) ^ real))
 
 
+@pytest.mark.slow  # training runs: in the slow tier with the other example runs
 def test_graph_classification_smoke(data_dir):
     proc = _run(data_dir, "graph_classification.py", "--dataset", "MUTAG", "--smoke", "--seed", "3", "--buckets", "2")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -68,6 +69,7 @@ def test_graph_classification_smoke(data_dir):
     assert result["buckets"] <= 2 and 1 <= result["compiled_sizes"]["step"] <= result["buckets"]
 
 
+@pytest.mark.slow  # training runs: in the slow tier with the other example runs
 def test_link_prediction_smoke(data_dir):
     proc = _run(data_dir, "link_prediction.py", "--dataset", "nations", "--smoke", "--dim", "8",
                 "--batch-size", "256")
