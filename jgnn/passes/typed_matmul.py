@@ -8,7 +8,9 @@ With a `GraphLayout` that knows the unique (source, edge type) pairs, ``x[src] @
 per pair and gathered per edge (Hector's compact materialisation): a ``pair``-resident table, which
 recomputation keeps, and a cheap gather, which it remakes.
 
-The implementation is chosen per backend and platform (the report says which and why).
+The implementation is chosen per backend: Pallas backends run the kernel; XLA runs ``sorted_blocks``, or
+``static_groups`` over a layout's pairs, whose runs of one type are known on the host. `merge` then runs typed
+matmuls of the same rows and types as one, and records a kernel per typed matmul that runs.
 """
 
 from __future__ import annotations
