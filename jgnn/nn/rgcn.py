@@ -14,6 +14,7 @@ from jgnn import graph as graph_lib
 from jgnn import mailbox
 from jgnn.message_passing import message_passing
 from jgnn.nn import _utils
+from jgnn.ops.gather import normalize
 
 _AGGREGATORS = ("add", "max", "mean", "min", "sum")
 
@@ -37,8 +38,7 @@ def relation_types(graph: jraph.GraphsTuple, name: str, num_relations: int):
 def per_edge_entry(table, receivers, types):
     """``table[receivers[e], types[e]]`` for a ``[N, R]`` table, with jnp indexing semantics on both axes."""
     n, r = table.shape
-    wrap = lambda i, size: jnp.clip(jnp.where(i < 0, i + size, i), 0, size - 1)
-    return table.reshape(-1)[wrap(receivers, n) * r + wrap(types, r)]
+    return table.reshape(-1)[normalize(receivers, n, wrap=True) * r + normalize(types, r, wrap=True)]
 
 
 def typed_inputs(graph: jraph.GraphsTuple, name: str, *, num_node_types: int | None = None,

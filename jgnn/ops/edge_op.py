@@ -45,7 +45,7 @@ from jgnn import compat, facts
 from jgnn.facts import Info
 from jgnn.ops import edge_fn as ef
 from jgnn.ops.gather import normalize
-from jgnn.ops.segment import accumulation_dtype, identity, materialize, mean_dtype
+from jgnn.ops.segment import accumulation_dtype, count_dtype, counts, identity, materialize, mean_dtype
 from jgnn.roles import Group, Movement, Residency
 
 # Names a training step's recomputation policy sees (`jgnn.remat`): per-row statistics of a reduction (softmax
@@ -143,15 +143,10 @@ def _abstract_eval(*args, spec: EdgeSpec):
     rows = [out((n,) + m.shape[1:], mean_dtype(m.dtype) if spec.reduce == Reduce.MEAN else m.dtype)
             for m in msgs]
     if spec.reduce == Reduce.MEAN:
-        rows.append(out((n,), _count_dtype(msgs[0].dtype)))
+        rows.append(out((n,), count_dtype(msgs[0].dtype)))
     if spec.hits:
         rows += [out(m.shape, jnp.bool_) for m in msgs]
     return rows
-
-
-def _count_dtype(dtype):
-    acc = accumulation_dtype(dtype)
-    return acc if jnp.issubdtype(acc, jnp.floating) else jnp.dtype(jnp.float32)
 
 
 # ---- the reference: the semantics of every edge op ------------------------------------------------------------
@@ -183,10 +178,6 @@ def _segment_sum(y, rows, n):
     return jax.ops.segment_sum(y.astype(acc), rows, n).astype(y.dtype)
 
 
-def _counts(rows, n, dtype):
-    return jax.ops.segment_sum(jnp.ones(rows.shape, dtype), rows, n)
-
-
 def _trail(x, ndim):
     return jnp.reshape(x, x.shape + (1,) * (ndim - x.ndim))
 
@@ -196,7 +187,7 @@ def reduce_messages(spec: EdgeSpec, ys: list, rows, n: int) -> list:
     if spec.reduce == Reduce.SUM:
         return [_segment_sum(y, rows, n) for y in ys]
     if spec.reduce == Reduce.MEAN:
-        count = _counts(rows, n, _count_dtype(ys[0].dtype))
+        count = counts(rows, n, count_dtype(ys[0].dtype))
         return [(_segment_sum(y.astype(accumulation_dtype(y.dtype)), rows, n)
                  / _trail(jnp.maximum(count, 1), y.ndim)).astype(mean_dtype(y.dtype)) for y in ys] + [count]
     segment = jax.ops.segment_max if spec.reduce == Reduce.MAX else jax.ops.segment_min
@@ -208,7 +199,7 @@ def reduce_messages(spec: EdgeSpec, ys: list, rows, n: int) -> list:
         hits.append((y == jnp.take(best, rows, axis=0)) & _trail(rows < n, y.ndim))
         out = best[:n]
         if spec.empty == "zero":
-            out = jnp.where(_trail(_counts(rows, n, jnp.int32), y.ndim) > 0, out, jnp.zeros((), y.dtype))
+            out = jnp.where(_trail(counts(rows, n, jnp.int32), y.ndim) > 0, out, jnp.zeros((), y.dtype))
         outs.append(out)
     return outs + (hits if spec.hits else [])
 
@@ -307,7 +298,7 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
         best, hits = with_hits[:k], [checkpoint_name(h, EDGE_MASK_NAME) for h in with_hits[k:]]
         tangents_out = []
         for i, (b, h) in enumerate(zip(best, hits, strict=True)):
-            ties = _segment_hits(spec, h, src_ids, dst_ids, _count_dtype(b.dtype))
+            ties = _segment_hits(spec, h, src_ids, dst_ids, count_dtype(b.dtype))
             denom = checkpoint_name(ties + _trail(b == identity(kind.value, b.dtype), ties.ndim).astype(ties.dtype),
                                     STATS_NAME)
             fn = ef.ExtremumTangent(_Pick(spec.fn, (i,)), slots)

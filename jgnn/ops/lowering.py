@@ -25,7 +25,7 @@ import numpy as np
 
 from jgnn.ops import edge_op as eo
 from jgnn.ops.gather import normalize
-from jgnn.ops.segment import accumulation_dtype, identity, materialize
+from jgnn.ops.segment import accumulation_dtype, counts, identity, materialize
 from jgnn.report import Reason
 from jgnn.roles import Group
 
@@ -48,9 +48,9 @@ def edge_bytes(spec: eo.EdgeSpec, operand_avals) -> int:
     ``exp(s - m)``. A sum over all edges (a shared operand's cotangent) contracts the gathered rows themselves.
     An op without reduction has no temporaries beyond its outputs, which blocks would not shrink.
     """
-    msgs = eo.message_avals(spec, operand_avals)
     if spec.reduce == eo.Reduce.NONE:
         return 0
+    msgs = eo.message_avals(spec, operand_avals)
     if spec.over == Group.ALL:
         row = _row_bytes(a for a, g in zip(operand_avals, spec.groups, strict=True) if g != Group.SHARED)
     elif spec.reduce == eo.Reduce.SOFTMAX:
@@ -178,12 +178,12 @@ def _blocks(args, spec: eo.EdgeSpec, size: int) -> list:
             acc, count = carry
             ys, rows, _ = walk.block(start, size)
             acc = [a + jax.ops.segment_sum(y.astype(a.dtype), rows, n) for a, y in zip(acc, ys, strict=True)]
-            return acc, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n)
+            return acc, count + counts(rows, n)
 
         acc, count = walk.fold(step, init)
         if kind == eo.Reduce.SUM:
             return [a.astype(m.dtype) for a, m in zip(acc, msgs, strict=True)]
-        count = count.astype(eo._count_dtype(msgs[0].dtype))
+        count = count.astype(eo.count_dtype(msgs[0].dtype))
         return [(a / eo._trail(jnp.maximum(count, 1), a.ndim).astype(a.dtype)).astype(eo.mean_dtype(m.dtype))
                 for a, m in zip(acc, msgs, strict=True)] + [count]
     if spec.hits:
@@ -195,7 +195,7 @@ def _blocks(args, spec: eo.EdgeSpec, size: int) -> list:
         best, count = carry
         ys, rows, _ = walk.block(start, size)
         best = [combine(b, segment(y, rows, n)) for b, y in zip(best, ys, strict=True)]
-        return best, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n)
+        return best, count + counts(rows, n)
 
     best, count = walk.fold(step, init)
     return _empty_rows(spec, best, count)
@@ -238,7 +238,7 @@ def _extremum_with_hits(walk: _Walk, msgs, n: int) -> list:
         ys = [materialize(y) for y in ys]
         new_best = [combine(b, segment(y, rows, n)) for b, y in zip(best, ys, strict=True)]
         best = [jnp.where(second, b, nb) for b, nb in zip(best, new_best, strict=True)]
-        count = jnp.where(second, count, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n))
+        count = jnp.where(second, count, count + counts(rows, n))
         marks = [(y == jnp.take(jnp.concatenate([b, jnp.zeros((1,) + b.shape[1:], b.dtype)]), rows, axis=0))
                  & eo._trail(rows < n, y.ndim) for y, b in zip(ys, best, strict=True)]
         hits = [jnp.where(second, jax.lax.dynamic_update_slice_in_dim(h, m, start, 0), h)
@@ -276,7 +276,7 @@ def _online_softmax(walk: _Walk, msgs, n: int) -> list:
         l = l * corr + jax.ops.segment_sum(p, rows, n)
         msg = eo._trail(p, v.ndim).astype(acc_dtype) * v.astype(acc_dtype)
         acc = acc * eo._trail(corr, acc.ndim).astype(acc_dtype) + jax.ops.segment_sum(msg, rows, n)
-        return m_new, l, acc, count + jax.ops.segment_sum(jnp.ones(rows.shape, jnp.float32), rows, n)
+        return m_new, l, acc, count + counts(rows, n)
 
     m, l, acc, count = walk.fold(step, init)
     has_edges = eo._trail(count, acc.ndim) > 0

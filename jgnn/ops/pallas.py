@@ -272,7 +272,7 @@ def run(*args, spec: eo.EdgeSpec) -> list:
                                    interpret=interpret, out_dtype=dtype)
     result = [jnp.broadcast_to(out, (n, width)).reshape((n,) + msg.shape[1:])]
     if kind == "mean":
-        result.append((csr.indptr[1:] - csr.indptr[:-1]).astype(eo._count_dtype(msg.dtype)))
+        result.append((csr.indptr[1:] - csr.indptr[:-1]).astype(eo.count_dtype(msg.dtype)))
     return result
 
 

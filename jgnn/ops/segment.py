@@ -55,6 +55,13 @@ def accumulation_dtype(dtype) -> np.dtype:
     return dtype
 
 
+def count_dtype(dtype) -> np.dtype:
+    """The dtype rows are counted in: the values' accumulation dtype when floating (float64 for float64), else
+    float32."""
+    acc = accumulation_dtype(dtype)
+    return acc if jnp.issubdtype(acc, jnp.floating) else jnp.dtype(jnp.float32)
+
+
 def identity(kind: str, dtype):
     dtype = jnp.dtype(dtype)
     if jnp.issubdtype(dtype, jnp.integer):
@@ -133,9 +140,8 @@ def _jvp(primals, tangents, *, kind, num_segments, index, empty):
     valid = (ids >= 0) & (ids < n)
     hit = (x == at_row) & _trail(valid, x.ndim)
     # Counted in the values' precision (float64 for float64), as JAX's scatter-max rule counts.
-    count_dtype = accumulation_dtype(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
-    ties = jax.ops.segment_sum(hit.astype(count_dtype), ids, n)
-    retained = (out == identity(kind, x.dtype)).astype(count_dtype)
+    ties = jax.ops.segment_sum(hit.astype(count_dtype(x.dtype)), ids, n)
+    retained = (out == identity(kind, x.dtype)).astype(ties.dtype)
     share = jnp.where(hit, 1.0 / gather(ties + retained, ids, index=index, mode="clip", wrap=False), 0.0)
     return out, _bind((dx * share.astype(dx.dtype)).astype(dx.dtype), ids, kind="sum", num_segments=n,
                                index=index, empty="identity")
