@@ -90,7 +90,7 @@ def test_attention_edge_cases_match_reference(backend, case, monkeypatch):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_tangent_overflows_where_the_reference_does(backend):
-    """(g) The attention tangent is the reference's term by term, ``(α·ds − α·T)·V + α·dV``: the shorter
+    """(g) The attention tangent is the reference's term by term, ``(α·(ds − c) − α·T)·V + α·dV``: the shorter
     ``α·(ds·(V − out) + dV)`` overflows to ±inf (and NaN after the sum) where the reference's is finite."""
     g = jraph.GraphsTuple(nodes={"s": jnp.zeros((3,), jnp.float32), "v": jnp.array([[2e19], [-2e19], [0.0]])},
                           edges=None, senders=jnp.array([0, 1], jnp.int32), receivers=jnp.array([2, 2], jnp.int32),

@@ -197,11 +197,13 @@ class ExtremumTangent(EdgeFn):
 @dataclasses.dataclass(frozen=True, eq=False)
 class SoftmaxTangent(EdgeFn):
     """The tangent of ``out_v = Σ_e softmax_v(s)_e · V_e`` (``base`` gives ``(s [B, H], V [B, H, ...])``), term by
-    term as the reference's: ``Σ_e dα_e V_e + α_e dV_e`` with ``dα_e = α_e ds_e − α_e T_v``, ``α_e = exp(s_e − m_v) /
-    l_v`` and ``T_v = Σ_e α_e ds_e`` (a `WeightTangent` sum). Reassociating (``α (ds (V − out) + dV)`` saves the
-    ``T`` pass) overflows and makes NaN where the reference does not.
+    term as the reference's: ``Σ_e dα_e V_e + α_e dV_e`` with ``dα_e = α_e (ds_e − c_v) − α_e T_v``, ``α_e =
+    exp(s_e − m_v) / l_v``, ``c_v`` the row max's tangent (`MaxTangent`) and ``T_v = Σ_e α_e (ds_e − c_v)`` (a
+    `WeightTangent` sum). The shift by ``c_v`` cancels in exact arithmetic and keeps the cancellation exact at the
+    edge attaining the max, as the reference's does (`jgnn.ops.tangent_shift`). Reassociating (``α (ds (V − out)
+    + dV)`` saves the ``T`` pass) overflows and makes NaN where the reference does not.
 
-    Operands: ``base``'s, tangents for ``slots``, then the row's ``m``, ``l`` and ``T``.
+    Operands: ``base``'s, tangents for ``slots``, then the row's ``m``, ``l``, ``T`` and ``c``.
     """
 
     base: EdgeFn
@@ -209,24 +211,25 @@ class SoftmaxTangent(EdgeFn):
 
     @property
     def n_in(self) -> int:
-        return self.base.n_in + len(self.slots) + 3
+        return self.base.n_in + len(self.slots) + 4
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
-        primals, tangents, m, l, total = rows[:n], rows[n:-3], rows[-3], rows[-2], rows[-1]
+        primals, tangents, (m, l, total, shift) = rows[:n], rows[n:-4], rows[-4:]
         (s, v), (ds, dv) = _jvp(self.base, primals, self.slots, tangents, lanes)
         alpha = softmax_weight(s, m, l)
-        d_alpha = alpha * ds - alpha * total
+        d_alpha = alpha * (ds - shift) - alpha * total
         return [(_trail(d_alpha, v) * v + _trail(alpha, v) * dv).astype(v.dtype)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class WeightTangent(EdgeFn):
     """Per edge, the scores' tangent weighted for a softmax with the max ``m`` held fixed (the softmax does not
-    depend on it): ``α_e ds_e = exp(s_e − m_v) / l_v · ds_e`` (``normalized``; summed, the ``T`` of
-    `SoftmaxTangent`), or ``exp(s_e − m_v) · ds_e`` (summed, the normaliser's tangent ``dl_v``).
+    depend on it): ``α_e (ds_e − c_v) = exp(s_e − m_v) / l_v · (ds_e − c_v)`` (``normalized``; summed, the ``T``
+    of `SoftmaxTangent`), or ``exp(s_e − m_v) · ds_e`` (summed, the normaliser's tangent ``dl_v``).
 
-    Operands: ``base``'s (``base`` gives the scores), tangents for ``slots``, then ``m`` (and ``l`` if normalized).
+    Operands: ``base``'s (``base`` gives the scores), tangents for ``slots``, then ``m`` (and ``l`` and the shift
+    ``c`` if normalized).
     """
 
     base: EdgeFn
@@ -235,15 +238,41 @@ class WeightTangent(EdgeFn):
 
     @property
     def n_in(self) -> int:
-        return self.base.n_in + len(self.slots) + 1 + self.normalized
+        return self.base.n_in + len(self.slots) + 1 + 2 * self.normalized
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
         stats = rows[n + len(self.slots):]
         primals, tangents = rows[:n], rows[n:n + len(self.slots)]
         (s,), (ds,) = _jvp(self.base, primals, self.slots, tangents, lanes)
-        weight = softmax_weight(s, *stats) if self.normalized else jnp.exp(s - stats[0])
-        return [weight * ds]
+        if not self.normalized:
+            return [softmax_weight(s, stats[0], 1) * ds]
+        m, l, shift = stats
+        return [softmax_weight(s, m, l) * (ds - shift)]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MaxTangent(EdgeFn):
+    """Summed per row, the tangent of the max of the scores as JAX's ``segment_max`` rule gives it, before the
+    tie share: ``(ds_e, 1)`` on edges whose score equals the row's max ``m_v``, ``(0, 0)`` elsewhere. It is only
+    the shift of `SoftmaxTangent`, so a recomputed score that misses the saved max costs precision, not
+    correctness.
+
+    Operands: ``base``'s (``base`` gives the scores), tangents for ``slots``, then ``m``.
+    """
+
+    base: EdgeFn
+    slots: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + len(self.slots) + 1
+
+    def apply(self, rows, *, lanes=False):
+        n = self.base.n_in
+        (s,), (ds,) = _jvp(self.base, rows[:n], self.slots, rows[n:-1], lanes)
+        hit = attains_max(s, rows[-1])
+        return [jnp.where(hit, ds, jnp.zeros((), ds.dtype)), hit.astype(ds.dtype)]
 
 
 def _moving(base: EdgeFn, args, slots, lanes):
@@ -285,8 +314,25 @@ class Zeroed(EdgeFn):
 
 def softmax_weight(s, m, l):
     """``exp(s − m) / l``: one edge's softmax weight from its row's max and normaliser (both saved per node, not
-    a log-sum-exp: ``m + log l`` loses ``log l`` when ``m`` is large, e.g. −1e9 masks in float32)."""
-    return jnp.exp(s - m) / l
+    a log-sum-exp: ``m + log l`` loses ``log l`` when ``m`` is large, e.g. −1e9 masks in float32).
+
+    ``s`` is recomputed here, and a differently compiled recomputation misses the forward's max by a few ulps
+    (the Pallas forward kernel sums tiles, XLA sums the array; either may fuse multiply-adds). At scores near 1e20
+    an ulp is 1e13, and ``exp(±1e13)`` would turn the edge attaining the max into weight 0 or inf (the fuzzer
+    found both). So a score within `MAX_ULPS` ulps of the max counts as attaining it. The weight of an edge
+    truly that close to the max moves by at most that relative amount, the size of the recomputation's own
+    error. NaN passes.
+    """
+    return jnp.exp(jnp.where(attains_max(s, m), jnp.zeros((), s.dtype), s - m)) / l
+
+
+MAX_ULPS = 4  # the fuzzer's GAT case with float32 scores near 1e20 misses by 3 ulps
+
+
+def attains_max(s, m):
+    """Whether a recomputed score attains its row's saved max: within `MAX_ULPS` ulps of it, or above."""
+    m = m.astype(s.dtype)
+    return s >= m - MAX_ULPS * jnp.finfo(s.dtype).eps * jnp.abs(m)
 
 
 def out_avals(fn: EdgeFn, operand_avals: Sequence[jax.ShapeDtypeStruct], whole: Sequence[bool],

@@ -46,6 +46,7 @@ from jgnn.facts import Info
 from jgnn.ops import edge_fn as ef
 from jgnn.ops.gather import normalize
 from jgnn.ops.segment import accumulation_dtype, count_dtype, counts, identity, materialize, mean_dtype
+from jgnn.ops.tangent_shift import tangent_shift
 from jgnn.roles import Group, Movement, Residency
 
 # Names a training step's recomputation policy sees (`jgnn.remat`): per-row statistics of a reduction (softmax
@@ -310,9 +311,12 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
     m_saved, l_saved = (checkpoint_name(x, STATS_NAME) for x in (jax.lax.stop_gradient(m), l))
     stats = (m_saved,)
     scores = _scores_only(spec.fn)
-    total = bind(ef.WeightTangent(scores, slots, normalized=True), (row, row), stats + (l_saved,),
+    hit_sum, hit_count = bind(ef.MaxTangent(scores, slots), (row,), stats, reduce=Reduce.SUM)
+    shift = tangent_shift(hit_sum, hit_count)
+    total = bind(ef.WeightTangent(scores, slots, normalized=True), (row, row, row), stats + (l_saved, shift),
                  reduce=Reduce.SUM)[0]
-    d_out = bind(ef.SoftmaxTangent(spec.fn, slots), (row, row, row), stats + (l_saved, total), reduce=Reduce.SUM)[0]
+    d_out = bind(ef.SoftmaxTangent(spec.fn, slots), (row,) * 4, stats + (l_saved, total, shift),
+                 reduce=Reduce.SUM)[0]
     d_l = bind(ef.WeightTangent(scores, slots, normalized=False), (row,), stats, reduce=Reduce.SUM)[0]
     return outs, [d_out, zeros[1], d_l.astype(l.dtype)]
 
@@ -339,6 +343,8 @@ def _transpose(cts, *args, spec: EdgeSpec):
     src_ids, dst_ids, operands, layout = split_args(args, spec)
     assert not ad.is_undefined_primal(src_ids) and not ad.is_undefined_primal(dst_ids)
     undefined = tuple(k for k, x in enumerate(operands) if ad.is_undefined_primal(x))
+    if all(type(ct) is ad.Zero for ct in cts):  # e.g. a softmax's tangent shift, whose transpose is zero
+        return [ad.Zero(x.aval) if ad.is_undefined_primal(x) else None for x in args]
     known = [k for k in range(len(operands)) if k not in undefined]
     out_avals = _abstract_eval(*[a.aval if ad.is_undefined_primal(a) else a for a in args], spec=spec)
     cts = [_instantiate(ct, a) for ct, a in zip(cts, out_avals, strict=True)]

@@ -6,7 +6,8 @@ use jnp indexing (negative ids wrapped when ``wrap``, then clamped); the segment
 ``[0, n)``. So a segment whose scores are all −inf gives NaN (−inf − (−inf)), and NaN or +inf scores give NaN,
 exactly as the formula does. Sums accumulate as `jgnn.ops.segment` sums do.
 
-Rules side by side: abstract eval, reference (also the XLA lowering), JVP ``α (ds − Σ α ds)`` (built from
+Rules side by side: abstract eval, reference (also the XLA lowering), JVP ``α (ds − Σ α ds)`` with ``ds`` centred
+on the max's tangent as the reference's is (built from
 `segment` and `gather`, which transpose), batching and residency facts.
 """
 
@@ -23,6 +24,7 @@ from jgnn import compat, facts
 from jgnn.facts import Info
 from jgnn.ops.gather import gather, normalize
 from jgnn.ops.segment import segment
+from jgnn.ops.tangent_shift import tangent_shift
 from jgnn.roles import Index, Movement, Residency
 
 segment_softmax_p = jcore.Primitive("jgnn_segment_softmax")
@@ -64,7 +66,14 @@ def _jvp(primals, tangents, *, num_segments, index, wrap):
     alpha = _bind(s, ids, num_segments=num_segments, index=index, wrap=wrap)
     if type(ds) is ad.Zero:
         return alpha, compat.zero_tangent(alpha)
-    weighted = alpha * ds
+    # Centre the tangents on the row max's, as the reference's ``s − m[ids]`` does (`jgnn.ops.tangent_shift`).
+    m = segment(s, ids, kind="max", num_segments=num_segments, index=index)
+    hit = s == gather(m, ids, index=index, mode="clip", wrap=wrap)
+    count = segment(hit.astype(s.dtype), ids, kind="sum", num_segments=num_segments, index=index)
+    at_max = segment(jnp.where(hit, ds, jnp.zeros((), ds.dtype)), ids, kind="sum", num_segments=num_segments,
+                     index=index)
+    centred = ds - gather(tangent_shift(at_max, count), ids, index=index, mode="clip", wrap=wrap)
+    weighted = alpha * centred
     total = segment(weighted, ids, kind="sum", num_segments=num_segments, index=index)
     return alpha, weighted - alpha * gather(total, ids, index=index, mode="clip", wrap=wrap)
 
