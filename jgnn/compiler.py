@@ -254,7 +254,7 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
             vals = tuple(layout_values[k:k + count])
             k += count
             lay = jax.tree_util.tree_unflatten(tree, vals)
-            lays.append(LayoutInputs(gi, edges, vals, tree, lay.pairs, lay.pair_groups))
+            lays.append(LayoutInputs(gi, edges, vals, tree, lay.pairs, lay.pair_groups, lay.node_groups))
         pctx = Context(analysis, report, backend, tags, tuple(lays))
         program = passes.optimize(program, pctx)
         names = remat_lib.value_names(program, analysis)

@@ -94,6 +94,8 @@ class GraphLayout:
 
     ``pair_groups``: ``(edge type, first pair, end pair)`` per edge type, in pair order (the pairs are sorted by
     type): a typed matmul over the pairs is one GEMM per type on static slices, with no sort in the program.
+    ``node_groups``: the same runs of the node types, when the graph's nodes are sorted by type (HGT's K, Q and V
+    are then one GEMM per node type); ``node_digest`` is what `check` compares the node types with.
     """
 
     csr: pk.CSR
@@ -104,10 +106,12 @@ class GraphLayout:
     digest: str = ""
     reversed: bool = False  # describes the graph with every edge turned around (see `reverse`)
     pair_groups: tuple[tuple[int, int, int], ...] = ()
+    node_groups: tuple[tuple[int, int, int], ...] = ()
+    node_digest: str = ""
 
     def tree_flatten(self):
         return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed,
-                                                      self.pair_groups)
+                                                      self.pair_groups, self.node_groups, self.node_digest)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -131,7 +135,9 @@ class GraphLayout:
             types = None  # the self-loop relation is the layer's choice: typed pairs describe the graph's own edges
         csr, rev = pk.build_csr_numpy(senders, receivers, n, valid)
         pairs = None if types is None else TypedPairs.from_edges(senders, types)
-        return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs))
+        node_groups, node_digest = _node_runs(graph_lib.node_types(graph))
+        return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs), node_groups=node_groups,
+                   node_digest=node_digest)
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""
@@ -157,15 +163,34 @@ class GraphLayout:
                 and fingerprint(senders, receivers) != self.digest:
             raise LayoutMismatchError("the GraphLayout was built for another graph: this graph's senders, receivers "
                                       "or edge types differ (build it with GraphLayout.from_graph(graph))")
+        node_types = graph_lib.node_types(graph)
+        if self.node_digest and node_types is not None and not isinstance(node_types, jax.core.Tracer) \
+                and _node_runs(node_types)[1] != self.node_digest:
+            raise LayoutMismatchError("the GraphLayout was built for a graph whose nodes are sorted by type; this "
+                                      "graph's node types differ (build it with GraphLayout.from_graph(graph))")
 
 
 def _groups(pairs: TypedPairs | None) -> tuple[tuple[int, int, int], ...]:
-    if pairs is None:
-        return ()
-    types = np.asarray(pairs.pair_type)
-    values, starts = np.unique(types, return_index=True)  # sorted by type: each type is one run
+    return () if pairs is None else _runs(np.asarray(pairs.pair_type))
+
+
+def _runs(types: np.ndarray) -> tuple[tuple[int, int, int], ...]:
+    """``(type, first, end)`` per type of a non-empty array sorted by type (each type is one run)."""
+    values, starts = np.unique(types, return_index=True)
     ends = np.append(starts[1:], types.shape[0])
     return tuple((int(t), int(lo), int(hi)) for t, lo, hi in zip(values, starts, ends, strict=True))
+
+
+def _node_runs(types) -> tuple[tuple[tuple[int, int, int], ...], str]:
+    """The runs of node types sorted by type, and their digest; ``((), "")`` when they are not sorted (a padded
+    graph's padding nodes, say), absent or empty."""
+    if types is None or isinstance(types, jax.core.Tracer) or not np.size(types):
+        return (), ""
+    types = np.asarray(types, np.int64)
+    if types.ndim != 1 or np.any(np.diff(types) < 0):
+        return (), ""
+    h = hashlib.blake2b(types.tobytes(), digest_size=12)
+    return _runs(types), h.hexdigest()
 
 
 def in_program(senders, receivers, num_nodes: int, valid=None) -> tuple[pk.CSR, pk.CSR]:

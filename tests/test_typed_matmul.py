@@ -119,3 +119,71 @@ def test_static_groups_must_cover_the_rows():
     x, table, types = case(np.random.default_rng(8), 6, 2, 3, 2)
     with pytest.raises(ValueError, match="do not cover"):
         tm.typed_matmul(x, table, types, impl="static_groups", groups=((0, 0, 4),))
+
+
+# ---- static node-type runs from a GraphLayout (HGT's K, Q, V and A-linear) ---------------------------------------
+
+def _typed_graph(rng, n=30, e=200, node_types=3, edge_types=4, d=8, sort=True):
+    import jraph
+
+    types = rng.integers(0, node_types, n).astype(np.int32)
+    return jraph.GraphsTuple(
+        nodes={"h": jnp.asarray(rng.normal(size=(n, d)), jnp.float32), "type": jnp.asarray(np.sort(types) if sort
+                                                                                          else types)},
+        edges={"type": jnp.asarray(rng.integers(0, edge_types, e), jnp.int32)},
+        senders=jnp.asarray(rng.integers(0, n, e), jnp.int32), receivers=jnp.asarray(rng.integers(0, n, e), jnp.int32),
+        n_node=jnp.array([n]), n_edge=jnp.array([e]), globals=None)
+
+
+def _typed_matmul_impls(fn, *args) -> list[str]:
+    """The ``impl`` of every typed matmul in ``fn``'s jaxpr, nested jaxprs included."""
+    import jax
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive is tm.typed_matmul_p:
+                yield eqn.params["impl"]
+            for p in eqn.params.values():
+                sub = getattr(p, "jaxpr", p)
+                if hasattr(sub, "eqns"):
+                    yield from walk(sub)
+    return list(walk(jax.make_jaxpr(fn)(*args).jaxpr))
+
+
+@pytest.mark.parametrize("sort", [True, False])
+def test_hgt_node_types_sorted_in_the_layout_run_as_static_slices(sort):
+    """Nodes sorted by type: the layout's runs make every node-typed matmul one GEMM per type (no sort in the
+    program), forward and ``grad`` equal to the reference backend's. Unsorted: no runs, the sorted blocks."""
+    import jax
+
+    import jgnn.nn as jnn
+    from jgnn.layout import GraphLayout
+
+    rng = np.random.default_rng(31)
+    g = _typed_graph(rng, sort=sort)
+    layout = GraphLayout.from_graph(g)
+    assert bool(layout.node_groups) == sort
+    conv, ref = jnn.HGTConv(8, 2, 3, 4), jnn.HGTConv(8, 2, 3, 4, backend="reference")
+    params = conv.init(jax.random.key(0), g)
+    impls = _typed_matmul_impls(lambda p: conv.apply(p, g, layout=layout).nodes["h"], params)
+    assert impls and all(i == "static_groups" for i in impls) == sort
+    check_against_reference(
+        lambda h: conv.apply(params, g._replace(nodes={**g.nodes, "h": h}), layout=layout).nodes["h"],
+        lambda h: ref.apply(params, g._replace(nodes={**g.nodes, "h": h})).nodes["h"], g.nodes["h"])
+
+
+def test_layout_rejects_other_node_types():
+    import jax
+
+    import jgnn
+    import jgnn.nn as jnn
+    from jgnn.layout import GraphLayout
+
+    rng = np.random.default_rng(32)
+    g = _typed_graph(rng)
+    layout = GraphLayout.from_graph(g)
+    other = g._replace(nodes={**g.nodes, "type": g.nodes["type"][::-1]})
+    conv = jnn.HGTConv(8, 2, 3, 4)
+    params = conv.init(jax.random.key(0), g)
+    with pytest.raises(jgnn.LayoutMismatchError):
+        conv.apply(params, other, layout=layout)

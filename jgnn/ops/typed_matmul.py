@@ -100,10 +100,10 @@ FEW_GROUPS = 16
 
 
 def static_groups(x, table, types, *, groups: tuple, block: int, **_):
-    """Rows already in runs of one type at static offsets (a `GraphLayout`'s typed pairs): one GEMM per run on a
-    static slice for a few runs (`FEW_GROUPS`), else `sorted_blocks` with each row's slot known on the host. No
-    sort in the program either way. ``types`` is not read: the layout that gave ``groups`` was checked against
-    the graph."""
+    """Rows already in runs of one type at static offsets (a `GraphLayout`'s typed pairs, or the nodes of a graph
+    sorted by type): one GEMM per run of a split for a few runs (`FEW_GROUPS`), else `sorted_blocks` with each
+    row's slot known on the host. No sort in the program either way. ``types`` is not read: the layout that gave
+    ``groups`` was checked against the graph."""
     rows = x.shape[0]
     if not groups or sum(hi - lo for _, lo, hi in groups) != rows:
         raise ValueError(f"typed_matmul: static groups {groups} do not cover the {rows} rows")
@@ -113,9 +113,13 @@ def static_groups(x, table, types, *, groups: tuple, block: int, **_):
     dtype = jnp.result_type(x, table)
     h = _heads(x)
     pieces = []
-    for t, lo, hi in groups:
-        w = table[min(max(t, 0), table.shape[0] - 1)]  # [*heads, d_in, d_out], clamped as the gather was
-        y = jax.lax.dot_general(x[lo:hi], w, (((h + 1,), (h,)), (tuple(range(1, h + 1)), tuple(range(h)))),
+    # One split, not a slice per run: its transpose is one concatenation, where slices' are a zero-padded array
+    # per run, summed (3 passes over the rows' cotangent instead of 1 for HGT's 3 node types).
+    runs = jax.lax.split(x, [hi - lo for _, lo, hi in groups], axis=0)
+    weights = jax.lax.split(table, [1] * table.shape[0], axis=0)  # the same for the table's cotangent
+    for (t, _, _), rows_t in zip(groups, runs, strict=True):
+        w = weights[min(max(t, 0), table.shape[0] - 1)][0]  # [*heads, d_in, d_out], clamped as the gather was
+        y = jax.lax.dot_general(rows_t, w, (((h + 1,), (h,)), (tuple(range(1, h + 1)), tuple(range(h)))),
                                 preferred_element_type=dtype)  # [*heads, rows, d_out]
         pieces.append(jnp.moveaxis(y, h, 0))
     return jnp.concatenate(pieces).astype(dtype)

@@ -27,6 +27,7 @@ class LayoutInputs:
     tree: Any  # its pytree structure
     pairs: Any = None  # the TypedPairs leaves among ``values``, as a TypedPairs of Values, if it has them
     pair_groups: tuple = ()  # the layout's static (type, first, end) runs of the pairs
+    node_groups: tuple = ()  # and of the graph's node types, if its nodes are sorted by type
 
 
 @dataclasses.dataclass

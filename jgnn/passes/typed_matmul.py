@@ -9,12 +9,17 @@ per pair and gathered per edge (Hector's compact materialisation): a ``pair``-re
 recomputation keeps, and a cheap gather, which it remakes.
 
 The implementation is chosen per backend: Pallas backends run the kernel; XLA runs ``sorted_blocks``, or
-``static_groups`` over a layout's pairs, whose runs of one type are known on the host. `merge` then runs typed
+``static_groups`` where the runs of one type are known on the host: over a layout's pairs, and over a graph's own
+node types when its layout found the nodes sorted by type (HGT's K, Q, V and A-linear; hand-written HGT slices
+its sorted node types the same way). `merge` then runs typed
 matmuls of the same rows and types as one, and records a kernel per typed matmul that runs.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from jax import lax
 
 from jgnn import facts, ir
@@ -95,7 +100,9 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         index = ctx.info(column).index
         compact = _compact_pairs(x, ctx, made_by) if index == Index.EDGE_TYPE else None
         if compact is None:
-            b.bind(typed_matmul_p, [x, table, types], dict(impl=impl, block=128, groups=()), outputs=op.outputs)
+            groups = _node_runs(b, ctx, types, x, table) if impl == "sorted_blocks" else ()
+            impl = "static_groups" if groups else impl
+            b.bind(typed_matmul_p, [x, table, types], dict(impl=impl, block=128, groups=groups), outputs=op.outputs)
             rows = x.shape[0]
         else:
             node_rows, lay = compact
@@ -115,6 +122,54 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         ctx.applied(Pass.TYPED_MATMUL, Reason.GROUPED_MATMUL, index=index.value, rows=rows, d_in=x.shape[-1],
                     d_out=op.outputs[0].shape[-1], impl=impl, why=why)
     return b.finish()
+
+
+# Ops that only add or drop unit axes or widen an integer: the rows keep their values.
+_SAME_ROWS = (lax.squeeze_p, lax.broadcast_in_dim_p, lax.reshape_p, lax.convert_element_type_p)
+
+
+def _same_values(atom: ir.Atom, made_by: dict) -> ir.Atom | None:
+    """The value ``atom`` copies row for row (unit axes aside), seen through the index arithmetic of ``W[t]``:
+    jnp's wrap of negative ids (the identity on the layout's types, all in ``[0, T)``) and the first column of a
+    batched gather's index columns; None if it computes anything else."""
+    op = made_by.get(atom.id) if isinstance(atom, ir.Value) else None
+    if op is None:
+        return None
+    x = op.inputs[0]
+    if op.prim is lax.convert_element_type_p and not (
+            np.issubdtype(atom.dtype, np.integer) and np.dtype(atom.dtype).itemsize >= np.dtype(x.dtype).itemsize):
+        return None  # a narrowing or float conversion changes values
+    if op.prim in _SAME_ROWS:
+        return x if math.prod(x.shape) == math.prod(atom.shape) else None
+    if op.prim is lax.slice_p and tuple(op.params["limit_indices"])[1:] == (1,) * (atom.ndim - 1) \
+            and not any(op.params["start_indices"]) and atom.shape[0] == x.shape[0]:
+        first = made_by.get(x.id) if isinstance(x, ir.Value) else None
+        if first is not None and first.prim is lax.concatenate_p and first.params["dimension"] == 1 \
+                and first.inputs[0].shape[1:] == (1,) * (atom.ndim - 1):
+            return first.inputs[0]
+        return None
+    if op.prim is lax.select_n_p and len(op.inputs) == 3:
+        pred, kept, shifted = (made_by.get(getattr(a, "id", None)) for a in op.inputs)
+        if pred is not None and pred.prim is lax.lt_p and pred.inputs[0] is op.inputs[1] \
+                and shifted is not None and shifted.prim is lax.add_p and op.inputs[1] in shifted.inputs:
+            return op.inputs[1]
+    return None
+
+
+def _node_runs(b: Builder, ctx: Context, types: ir.Atom, x: ir.Atom, table: ir.Atom) -> tuple:
+    """The static runs of ``types`` when it is a graph's own node types (`_same_values`) and a layout of that
+    graph found them sorted (checked against the graph when it is called), covering ``x``'s rows with types of
+    ``table``; else ()."""
+    made_by = {v.id: op for op in b.ops for v in op.outputs}
+    while (source := _same_values(types, made_by)) is not None:
+        types = source
+    tag = next((t for v, t in zip(b.program.inputs, ctx.tags, strict=False) if v is types), None)
+    if tag is None or tag.role != "node_type":
+        return ()
+    groups = next((lay.node_groups for lay in ctx.layouts if lay.graph == tag.graph and lay.node_groups), ())
+    if not groups or groups[-1][2] != x.shape[0] or not all(0 <= t < table.shape[0] for t, _, _ in groups):
+        return ()
+    return groups
 
 
 def _compact_pairs(x: ir.Atom, ctx: Context, made_by):
