@@ -135,9 +135,10 @@ class GraphLayout:
             types = None  # the self-loop relation is the layer's choice: typed pairs describe the graph's own edges
         csr, rev = pk.build_csr_numpy(senders, receivers, n, valid)
         pairs = None if types is None else TypedPairs.from_edges(senders, types)
-        node_groups, node_digest = _node_runs(graph_lib.node_types(graph))
+        node_types = graph_lib.node_types(graph)
+        node_groups = _node_runs(node_types)
         return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs), node_groups=node_groups,
-                   node_digest=node_digest)
+                   node_digest=_node_digest(node_types) if node_groups else "")
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""
@@ -165,7 +166,7 @@ class GraphLayout:
                                       "or edge types differ (build it with GraphLayout.from_graph(graph))")
         node_types = graph_lib.node_types(graph)
         if self.node_digest and node_types is not None and not isinstance(node_types, jax.core.Tracer) \
-                and _node_runs(node_types)[1] != self.node_digest:
+                and _node_digest(node_types) != self.node_digest:
             raise LayoutMismatchError("the GraphLayout was built for a graph whose nodes are sorted by type; this "
                                       "graph's node types differ (build it with GraphLayout.from_graph(graph))")
 
@@ -181,16 +182,17 @@ def _runs(types: np.ndarray) -> tuple[tuple[int, int, int], ...]:
     return tuple((int(t), int(lo), int(hi)) for t, lo, hi in zip(values, starts, ends, strict=True))
 
 
-def _node_runs(types) -> tuple[tuple[tuple[int, int, int], ...], str]:
-    """The runs of node types sorted by type, and their digest; ``((), "")`` when they are not sorted (a padded
-    graph's padding nodes, say), absent or empty."""
-    if types is None or isinstance(types, jax.core.Tracer) or not np.size(types):
-        return (), ""
-    types = np.asarray(types, np.int64)
-    if types.ndim != 1 or np.any(np.diff(types) < 0):
-        return (), ""
-    h = hashlib.blake2b(types.tobytes(), digest_size=12)
-    return _runs(types), h.hexdigest()
+def _node_runs(types) -> tuple[tuple[int, int, int], ...]:
+    """The runs of concrete node types sorted by type; () when they are not sorted (a padded graph's padding
+    nodes, say), absent or empty."""
+    if types is None or isinstance(types, jax.core.Tracer) or np.ndim(types) != 1 or not np.size(types):
+        return ()
+    types = np.asarray(types)
+    return () if np.any(np.diff(types) < 0) else _runs(types)
+
+
+def _node_digest(types) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(np.asarray(types, np.int64)).tobytes(), digest_size=12).hexdigest()
 
 
 def in_program(senders, receivers, num_nodes: int, valid=None) -> tuple[pk.CSR, pk.CSR]:

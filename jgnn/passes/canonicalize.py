@@ -42,7 +42,7 @@ def _column_of(atom: ir.Atom, made_by) -> ir.Atom | None:
     return x if x.ndim == 1 and tuple(op.params["broadcast_dimensions"]) == (0,) else None
 
 
-def _unwrapped(ids: ir.Atom, n: int, made_by) -> tuple[ir.Atom, bool]:
+def unwrapped(ids: ir.Atom, n: int, made_by) -> tuple[ir.Atom, bool]:
     """(raw ids, True) when ``ids`` is JAX's ``where(i < 0, i + n, i)``; else (ids, False)."""
     op = made_by.get(ids.id) if isinstance(ids, ir.Value) else None
     if op is None or op.prim is not lax.select_n_p or len(op.inputs) != 3:
@@ -77,7 +77,7 @@ def _gather(op: ir.Op, ctx: Context, made_by, b: Builder) -> bool:
     mode = _GATHER_MODES.get(str(op.params.get("mode")))
     if ids is None or mode is None or not isinstance(x, ir.Value):
         return False
-    raw, wrap = _unwrapped(ids, x.shape[0], made_by)
+    raw, wrap = unwrapped(ids, x.shape[0], made_by)
     index = ctx.info(raw).index
     if index not in _RAISED_INDEX or ctx.info(raw).residency == Residency.UNKNOWN:
         return False

@@ -25,6 +25,7 @@ from jax import lax
 from jgnn import facts, ir
 from jgnn.ops.gather import gather_p
 from jgnn.ops.typed_matmul import typed_matmul_p
+from jgnn.passes.canonicalize import unwrapped
 from jgnn.passes.context import Builder, Context
 from jgnn.report import Pass, Reason
 from jgnn.roles import TYPE_INDEX, Index
@@ -101,7 +102,8 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         compact = _compact_pairs(x, ctx, made_by) if index == Index.EDGE_TYPE else None
         if compact is None:
             groups = _node_runs(b, ctx, types, x, table) if impl == "sorted_blocks" else ()
-            impl = "static_groups" if groups else impl
+            if groups:
+                impl, why = "static_groups", "node types sorted in the layout: one GEMM per type, no sort"
             b.bind(typed_matmul_p, [x, table, types], dict(impl=impl, block=128, groups=groups), outputs=op.outputs)
             rows = x.shape[0]
         else:
@@ -111,16 +113,16 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                                                                               wrap=False))
             # The layout's pairs come in static runs of one type: the packing is known on the host, no sort in the
             # program (a Pallas backend keeps its kernel).
-            static = bool(lay.pair_groups) and impl == "sorted_blocks"
-            params = dict(impl="static_groups", block=128, groups=lay.pair_groups) if static else \
-                dict(impl=impl, block=128, groups=())
-            (per_pair,) = b.bind(typed_matmul_p, [pair_rows, table, pairs.pair_type], params)
-            impl = params["impl"]
+            groups = lay.pair_groups if impl == "sorted_blocks" else ()
+            if groups:
+                impl, why = "static_groups", "the layout's typed pairs in runs of one type: no sort"
+            (per_pair,) = b.bind(typed_matmul_p, [pair_rows, table, pairs.pair_type],
+                                 dict(impl=impl, block=128, groups=groups))
             b.bind(gather_p, [per_pair, pairs.edge_pair], dict(index=Index.PAIR, mode="clip", wrap=False),
                    outputs=op.outputs)
             rows = pairs.pair_src.shape[0]
         ctx.applied(Pass.TYPED_MATMUL, Reason.GROUPED_MATMUL, index=index.value, rows=rows, d_in=x.shape[-1],
-                    d_out=op.outputs[0].shape[-1], impl=impl, why=why)
+                    d_out=op.outputs[0].shape[-1], impl=impl, runs=len(groups), why=why)
     return b.finish()
 
 
@@ -128,10 +130,10 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
 _SAME_ROWS = (lax.squeeze_p, lax.broadcast_in_dim_p, lax.reshape_p, lax.convert_element_type_p)
 
 
-def _same_values(atom: ir.Atom, made_by: dict) -> ir.Atom | None:
-    """The value ``atom`` copies row for row (unit axes aside), seen through the index arithmetic of ``W[t]``:
-    jnp's wrap of negative ids (the identity on the layout's types, all in ``[0, T)``) and the first column of a
-    batched gather's index columns; None if it computes anything else."""
+def _same_values(atom: ir.Atom, rows: int, made_by: dict) -> ir.Atom | None:
+    """The value ``atom`` copies row for row (unit axes aside), seen through the index arithmetic of ``W[t]`` for
+    a table of ``rows`` rows: jnp's wrap of negative ids (the identity on the layout's types, all in ``[0, T)``)
+    and the first column of a batched gather's index columns; None if it computes anything else."""
     op = made_by.get(atom.id) if isinstance(atom, ir.Value) else None
     if op is None:
         return None
@@ -148,12 +150,8 @@ def _same_values(atom: ir.Atom, made_by: dict) -> ir.Atom | None:
                 and first.inputs[0].shape[1:] == (1,) * (atom.ndim - 1):
             return first.inputs[0]
         return None
-    if op.prim is lax.select_n_p and len(op.inputs) == 3:
-        pred, kept, shifted = (made_by.get(getattr(a, "id", None)) for a in op.inputs)
-        if pred is not None and pred.prim is lax.lt_p and pred.inputs[0] is op.inputs[1] \
-                and shifted is not None and shifted.prim is lax.add_p and op.inputs[1] in shifted.inputs:
-            return op.inputs[1]
-    return None
+    raw, wrapped = unwrapped(atom, rows, made_by)
+    return raw if wrapped else None
 
 
 def _node_runs(b: Builder, ctx: Context, types: ir.Atom, x: ir.Atom, table: ir.Atom) -> tuple:
@@ -161,7 +159,7 @@ def _node_runs(b: Builder, ctx: Context, types: ir.Atom, x: ir.Atom, table: ir.A
     graph found them sorted (checked against the graph when it is called), covering ``x``'s rows with types of
     ``table``; else ()."""
     made_by = {v.id: op for op in b.ops for v in op.outputs}
-    while (source := _same_values(types, made_by)) is not None:
+    while (source := _same_values(types, table.shape[0], made_by)) is not None:
         types = source
     tag = next((t for v, t in zip(b.program.inputs, ctx.tags, strict=False) if v is types), None)
     if tag is None or tag.role != "node_type":
