@@ -147,8 +147,8 @@ def _score_fn(S, D, E):
 
 @pytest.mark.parametrize("value_index,rate,dtype,heads,dim,slots", [
     ("src", 0.0, jnp.float32, 3, 7, None),
-    ("src", 0.3, jnp.float32, 2, 41, 4),
-    ("edge", 0.0, jnp.bfloat16, 4, 8, 8),
+    pytest.param("src", 0.3, jnp.float32, 2, 41, 4, marks=pytest.mark.slow),  # about 15 s each
+    pytest.param("edge", 0.0, jnp.bfloat16, 4, 8, 8, marks=pytest.mark.slow),
     ("edge", 0.3, jnp.float32, 1, 1, None),
 ])
 def test_attention_aggregate_grad_matches_reference(value_index, rate, dtype, heads, dim, slots):

@@ -275,6 +275,113 @@ class MaxTangent(EdgeFn):
         return [jnp.where(hit, ds, jnp.zeros((), ds.dtype)), hit.astype(ds.dtype)]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class SoftmaxRowDot(EdgeFn):
+    """The row sums that `jgnn.ops.attention_tangent`'s transpose needs before it forms any edge's cotangent.
+    With ``p_e = g_v·V_e`` (``base`` gives ``(s, V)``, ``g_v`` is the cotangent of the row's output, and the dot
+    product runs over the axes ``V`` has beyond ``s``), per edge:
+
+    * ``α_e p_e`` (summed: ``R_v``); operands ``base``'s, then the row's ``m``, ``l`` and ``g``;
+    * if ``centred``, ``(α_e (p_e − R_v), [e attains the max])`` (summed: the score cotangents' row sum ``C_v``,
+      zero in exact arithmetic, and the ties ``k_v``); operands as above, then ``R``.
+
+    If ``masked``, the last operand says whether the forward reduction kept the edge. As in the reference, a
+    dropped edge still reads the statistics of the row its id gathers (its weight), but its ``g`` and ``R`` are
+    zero (its output and the normaliser never saw it) and it attains no max.
+    """
+
+    base: EdgeFn
+    centred: bool = False
+    masked: bool = False
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + 3 + self.centred + self.masked
+
+    def apply(self, rows, *, lanes=False):
+        n = self.base.n_in
+        m, l, g = rows[n:n + 3]
+        s, v = self.base.apply(rows[:n], lanes=lanes)
+        keep = rows[-1] if self.masked else None
+        alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
+        if not self.centred:
+            return [alpha * p]
+        return [alpha * (p - _kept(rows[n + 3], keep)), hit.astype(alpha.dtype)]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SoftmaxVjp(EdgeFn):
+    """Per edge, the cotangents of ``base``'s operands at ``slots`` for the attention output's cotangent ``g_v``:
+    ``base``'s pullback of ``(d_s, α_e g_v)`` with the score cotangent ``d_s = α_e (p_e − R_v) − [e attains the
+    max] C_v / k_v`` formed before any sum (`SoftmaxRowDot` gives ``p``, ``R``, ``C`` and ``k``).
+
+    Subtracting ``C`` is the reverse of the tangent shift ``c`` (`jgnn.ops.tangent_shift`): jraph's backward
+    passes the same row sum through its ``segment_max`` to the edges attaining the max, so the score
+    cotangents of a row sum to zero up to rounding of their own size, not of ``|g| |V|``.
+
+    Operands: ``base``'s, then the row's ``m``, ``l``, ``g``, ``R``, ``C`` and ``k`` (and, if ``masked``, whether
+    the forward reduction kept the edge, as for `SoftmaxRowDot`).
+    """
+
+    base: EdgeFn
+    slots: tuple[int, ...]
+    masked: bool = False
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in + 6 + self.masked
+
+    def apply(self, rows, *, lanes=False):
+        n = self.base.n_in
+        m, l, g, r, c, k = rows[n:n + 6]
+        (s, v), pull = jax.vjp(_moving(self.base, rows[:n], self.slots, lanes), *(rows[i] for i in self.slots))
+        keep = rows[-1] if self.masked else None
+        alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
+        share = jnp.where(hit, c / jnp.maximum(k, 1), jnp.zeros((), alpha.dtype))
+        d_s = alpha * (p - _kept(r, keep)) - share
+        g = _kept(g, keep)
+        return list(pull([d_s.astype(s.dtype), (_trail(alpha, v) * g).astype(v.dtype)]))
+
+
+def _kept(x, keep):
+    """``x`` where the edge was kept, zero where it was dropped (``keep`` None: every edge was kept)."""
+    if keep is None:
+        return x
+    keep = keep if keep.dtype == jnp.bool_ else keep != 0
+    return jnp.where(_trail(keep, x), x, jnp.zeros((), x.dtype))
+
+
+def _attention_terms(s, v, m, l, g, keep):
+    """``(α_e, p_e = g_v·V_e, e attains the max)``, with ``g`` zero and no max on edges ``keep`` drops."""
+    alpha = softmax_weight(s, m, l)
+    hit = attains_max(s, m)
+    g, hit = _kept(g, keep), _kept(hit, keep)
+    return alpha, _sum_to(g * v, np.shape(s), alpha.dtype), hit
+
+
+def _sum_to(x, shape, dtype):
+    """``x`` summed in ``dtype`` down to ``shape`` (axes beyond it, and axes where it has 1): an unbroadcast."""
+    x = jnp.sum(x.astype(dtype), axis=tuple(range(len(shape), np.ndim(x))))
+    axes = tuple(i for i, (a, b) in enumerate(zip(shape, np.shape(x), strict=True)) if a == 1 and b != 1)
+    return jnp.sum(x, axis=axes, keepdims=True) if axes else x
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Pick(EdgeFn):
+    """The outputs ``keep`` of ``base``."""
+
+    base: EdgeFn
+    keep: tuple[int, ...]
+
+    @property
+    def n_in(self) -> int:
+        return self.base.n_in
+
+    def apply(self, rows, *, lanes=False):
+        outs = self.base.apply(rows, lanes=lanes)
+        return [outs[i] for i in self.keep]
+
+
 def _moving(base: EdgeFn, args, slots, lanes):
     """``base.apply`` as a function of the operands at ``slots`` (the others held at ``args``)."""
 
@@ -321,9 +428,11 @@ def softmax_weight(s, m, l):
     an ulp is 1e13, and ``exp(±1e13)`` would turn the edge attaining the max into weight 0 or inf (the fuzzer
     found both). So a score within `MAX_ULPS` ulps of the max counts as attaining it. The weight of an edge
     truly that close to the max moves by at most that relative amount, the size of the recomputation's own
-    error. NaN passes.
+    error. The snapped exponent is ``z − stop_gradient(z)``, not a constant 0: zero in value, it keeps the
+    derivative in ``s`` that second-order derivatives read. NaN passes.
     """
-    return jnp.exp(jnp.where(attains_max(s, m), jnp.zeros((), s.dtype), s - m)) / l
+    z = s - m
+    return jnp.exp(jnp.where(attains_max(s, m), z - jax.lax.stop_gradient(z), z)) / l
 
 
 MAX_ULPS = 4  # the fuzzer's GAT case with float32 scores near 1e20 misses by 3 ulps

@@ -21,8 +21,10 @@ reductions that transposition makes reduce by the rows the gathers read (clamped
 
 The semantics is `reference`, term by term the program the op replaces; every lowering (`jgnn.ops.lowering`)
 agrees with it. Derivatives are rules on the primitive: the JVP of every reduction is a ``SUM`` edge op (for
-max/min and softmax, the tangent functions of `jgnn.ops.edge_fn` with per-row statistics as operands), and the
-transpose of a ``SUM``/``NONE`` op is one edge op per operand group, reducing over that group's rows. So
+max/min, the tangent functions of `jgnn.ops.edge_fn` with per-row statistics as operands; for softmax, the
+linear primitive `jgnn.ops.attention_tangent`, whose transpose forms each edge's score cotangent before any
+sum), and the transpose of a ``SUM``/``NONE`` op is one edge op per operand group, reducing over that group's
+rows. So
 ``grad``, ``jvp``, ``linearize``, ``vmap`` and ``checkpoint`` all work, no edge-sized value is ever kept for the
 backward pass, and one definition of each reduction serves the XLA and Pallas backends alike.
 """
@@ -46,7 +48,6 @@ from jgnn.facts import Info
 from jgnn.ops import edge_fn as ef
 from jgnn.ops.gather import normalize
 from jgnn.ops.segment import accumulation_dtype, count_dtype, counts, identity, materialize, mean_dtype
-from jgnn.ops.tangent_shift import tangent_shift
 from jgnn.roles import Group, Movement, Residency
 
 # Names a training step's recomputation policy sees (`jgnn.remat`): per-row statistics of a reduction (softmax
@@ -236,7 +237,7 @@ def _instantiate(t, aval):
     return jnp.zeros(aval.shape, aval.dtype) if type(t) is ad.Zero else t
 
 
-def _derived(spec: EdgeSpec, fn: ef.EdgeFn, extra: Sequence[Group], **changes) -> EdgeSpec:
+def derived(spec: EdgeSpec, fn: ef.EdgeFn, extra: Sequence[Group], **changes) -> EdgeSpec:
     return spec.replace(fn=fn, groups=spec.groups + tuple(extra), hits=False, **changes)
 
 
@@ -264,7 +265,7 @@ def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
     return _bind(src_ids, dst_ids, *kept, *layout, spec=spec.replace(fn=fn, groups=groups))
 
 
-def _row_group(spec: EdgeSpec) -> Group:
+def row_group(spec: EdgeSpec) -> Group:
     """The group that reads a per-row statistic of the output back at each edge."""
     return {Group.DST: Group.DST, Group.SRC: Group.SRC, Group.ALL: Group.SHARED}[spec.over]
 
@@ -279,15 +280,15 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
         return outs, zeros
     tans = [d_operands[k] for k in slots]
     moving = tuple(spec.groups[k] for k in slots)
-    row = _row_group(spec)
 
     def bind(fn, extra_groups, extra, **changes):
-        new = _derived(spec, fn, moving + tuple(extra_groups), **changes)
+        new = derived(spec, fn, moving + tuple(extra_groups), **changes)
         return bind_pruned(new, src_ids, dst_ids, [*operands, *tans, *extra], layout)
 
     kind = spec.reduce
     if kind in (Reduce.NONE, Reduce.SUM):
         return outs, bind(ef.Jvp(spec.fn, slots), (), ())
+    row = row_group(spec)  # the reductions' tangents read per-row statistics back at each edge
     if kind == Reduce.MEAN:
         *means, count = outs
         inv = 1.0 / jnp.maximum(checkpoint_name(count, STATS_NAME), 1)
@@ -302,22 +303,18 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
             ties = _segment_hits(spec, h, src_ids, dst_ids, count_dtype(b.dtype))
             denom = checkpoint_name(ties + _trail(b == identity(kind.value, b.dtype), ties.ndim).astype(ties.dtype),
                                     STATS_NAME)
-            fn = ef.ExtremumTangent(_Pick(spec.fn, (i,)), slots)
+            fn = ef.ExtremumTangent(ef.Pick(spec.fn, (i,)), slots)
             tangents_out.append(bind(fn, (Group.EDGE, row), (h, denom), reduce=Reduce.SUM)[0])
         if spec.hits:  # the masks are piecewise constant: no tangent
             return with_hits, tangents_out + [compat.zero_tangent(h) for h in with_hits[k:]]
         return best, tangents_out
+    from jgnn.ops.attention_tangent import attention_tangent
+
     out, m, l = outs  # SOFTMAX: m is a shift the weights do not depend on, so it is held fixed
     m_saved, l_saved = (checkpoint_name(x, STATS_NAME) for x in (jax.lax.stop_gradient(m), l))
-    stats = (m_saved,)
-    scores = _scores_only(spec.fn)
-    hit_sum, hit_count = bind(ef.MaxTangent(scores, slots), (row,), stats, reduce=Reduce.SUM)
-    shift = tangent_shift(hit_sum, hit_count)
-    total = bind(ef.WeightTangent(scores, slots, normalized=True), (row, row, row), stats + (l_saved, shift),
-                 reduce=Reduce.SUM)[0]
-    d_out = bind(ef.SoftmaxTangent(spec.fn, slots), (row,) * 4, stats + (l_saved, total, shift),
-                 reduce=Reduce.SUM)[0]
-    d_l = bind(ef.WeightTangent(scores, slots, normalized=False), (row,), stats, reduce=Reduce.SUM)[0]
+    d_out = attention_tangent(src_ids, dst_ids, operands, tans, m_saved, l_saved, layout, spec=spec, slots=slots)
+    d_l = bind(ef.WeightTangent(scores_only(spec.fn), slots, normalized=False), (row,), (m_saved,),
+               reduce=Reduce.SUM)[0]
     return outs, [d_out, zeros[1], d_l.astype(l.dtype)]
 
 
@@ -333,7 +330,8 @@ class _ScoresOnly(ef.EdgeFn):
         return self.base.apply(rows, lanes=lanes)[:1]
 
 
-def _scores_only(fn: ef.EdgeFn) -> ef.EdgeFn:
+def scores_only(fn: ef.EdgeFn) -> ef.EdgeFn:
+    """A softmax edge function's scores, without its values."""
     return _ScoresOnly(fn)
 
 
@@ -366,7 +364,7 @@ def _transpose(cts, *args, spec: EdgeSpec):
     result: list = [None] * len(args)
     for group in dict.fromkeys(spec.groups[k] for k in undefined):
         mine = tuple(i for i, k in enumerate(undefined) if spec.groups[k] == group)
-        fn = _Pick(base, mine)
+        fn = ef.Pick(base, mine)
         rows = {Group.SRC: Group.SRC, Group.DST: Group.DST, Group.EDGE: Group.EDGE, Group.SHARED: Group.ALL}[group]
         n = operands[undefined[mine[0]]].aval.shape[0] if rows in (Group.SRC, Group.DST) else spec.num_segments
         new = spec.replace(fn=fn, groups=tuple(spec.groups[k] for k in known) + tuple(extra_groups),
@@ -377,22 +375,6 @@ def _transpose(cts, *args, spec: EdgeSpec):
             k = undefined[i]
             result[2 + k] = o.astype(operands[k].aval.dtype)
     return result
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Pick(ef.EdgeFn):
-    """The outputs ``keep`` of ``base``."""
-
-    base: ef.EdgeFn
-    keep: tuple[int, ...]
-
-    @property
-    def n_in(self) -> int:
-        return self.base.n_in
-
-    def apply(self, rows, *, lanes=False):
-        outs = self.base.apply(rows, lanes=lanes)
-        return [outs[i] for i in self.keep]
 
 
 def _batch(args, dims, *, spec: EdgeSpec):
@@ -420,7 +402,7 @@ def _batch(args, dims, *, spec: EdgeSpec):
 
 # ---- residency facts ------------------------------------------------------------------------------------------
 
-def _residency(op, infos, ctx):
+def residency(op, infos, ctx):
     spec = op.params["spec"]
     ids = infos[1] if spec.over != Group.SRC else infos[0]
     where = {Group.DST: Residency.NODE, Group.SRC: Residency.NODE, Group.EDGE: Residency.EDGE,
@@ -448,4 +430,4 @@ mlir.register_lowering(edge_op_p, _lowering)
 ad.primitive_jvps[edge_op_p] = _jvp
 ad.primitive_transposes[edge_op_p] = _transpose
 batching.primitive_batchers[edge_op_p] = _batch
-facts.register(edge_op_p, facts.Facts(residency=_residency))
+facts.register(edge_op_p, facts.Facts(residency=residency))
