@@ -68,7 +68,7 @@ def _forward_mode(*args, spec: eo.EdgeSpec, slots):
         new = eo.derived(spec, fn, moving + tuple(extra_groups), reduce=eo.Reduce.SUM)
         return eo.bind_pruned(new, src_ids, dst_ids, [*operands, *tangents, *extra], layout)
 
-    scores = eo.scores_only(spec.fn)
+    scores = ef.Pick(spec.fn, (0,))  # the scores, without the values
     hit_sum, hit_count = bind(ef.MaxTangent(scores, slots), (row,), (m,))
     shift = tangent_shift(hit_sum, hit_count)
     total = bind(ef.WeightTangent(scores, slots, normalized=True), (row,) * 3, (m, l, shift))[0]

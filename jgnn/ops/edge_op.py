@@ -308,31 +308,14 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
         if spec.hits:  # the masks are piecewise constant: no tangent
             return with_hits, tangents_out + [compat.zero_tangent(h) for h in with_hits[k:]]
         return best, tangents_out
-    from jgnn.ops.attention_tangent import attention_tangent
+    from jgnn.ops.attention_tangent import attention_tangent  # it builds on this module: imported late
 
     out, m, l = outs  # SOFTMAX: m is a shift the weights do not depend on, so it is held fixed
     m_saved, l_saved = (checkpoint_name(x, STATS_NAME) for x in (jax.lax.stop_gradient(m), l))
     d_out = attention_tangent(src_ids, dst_ids, operands, tans, m_saved, l_saved, layout, spec=spec, slots=slots)
-    d_l = bind(ef.WeightTangent(scores_only(spec.fn), slots, normalized=False), (row,), (m_saved,),
+    d_l = bind(ef.WeightTangent(ef.Pick(spec.fn, (0,)), slots, normalized=False), (row,), (m_saved,),
                reduce=Reduce.SUM)[0]
     return outs, [d_out, zeros[1], d_l.astype(l.dtype)]
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class _ScoresOnly(ef.EdgeFn):
-    base: ef.EdgeFn
-
-    @property
-    def n_in(self) -> int:
-        return self.base.n_in
-
-    def apply(self, rows, *, lanes=False):
-        return self.base.apply(rows, lanes=lanes)[:1]
-
-
-def scores_only(fn: ef.EdgeFn) -> ef.EdgeFn:
-    """A softmax edge function's scores, without its values."""
-    return _ScoresOnly(fn)
 
 
 def _transpose(cts, *args, spec: EdgeSpec):
