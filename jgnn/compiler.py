@@ -400,7 +400,8 @@ def explain(fn: Callable, *args, **kwargs) -> Report:
       fn: a `jgnn.message_passing` layer, a `Compiled` function (its backend and remat are used), a Flax module
         (explained as ``module.apply(variables, *rest)``: pass ``variables`` first) or any function of
         GraphsTuples (compiled with the defaults of `jgnn.compile`).
-      *args, **kwargs: the arguments ``fn`` is called with (graphs as in `jgnn.compile`); ``layout=`` as there.
+      *args, **kwargs: the arguments ``fn`` is called with (graphs as in `jgnn.compile`); ``layout=`` as there,
+        or, for a Flax module, passed to ``module.apply`` as its layers take it.
 
     Returns:
       A `jgnn.Report` with, as data: ``equations`` (one `EquationRecord` per analysed op: ``primitive``,
@@ -417,7 +418,8 @@ def explain(fn: Callable, *args, **kwargs) -> Report:
     except ImportError:  # pragma: no cover
         nn = None
     if nn is not None and isinstance(target, nn.Module):
-        target = target.apply
+        # ``layout=`` is the module's own argument: its layers compile themselves and read it.
+        target = functools.partial(target.apply, **{k: kwargs.pop(k) for k in ("layout",) if k in kwargs})
     if not isinstance(target, Compiled):
         target = compile(target)
     return target.explain(*args, **kwargs)

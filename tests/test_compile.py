@@ -76,6 +76,20 @@ def test_explain_takes_a_flax_module_and_its_dropout_rng():
     assert [k.op for k in report.kernels] == ["attention"]  # (l) attention dropout keeps the fused attention
 
 
+def test_explain_passes_a_layout_to_the_flax_module():
+    """``layout=`` is the module's argument (its layers read it), not the outer function's: a layout built without
+    the self-loops GATConv appends is the module's error to name."""
+    rng = np.random.default_rng(4)
+    g = random_graph(rng, 20, 80, 6)
+    g = g._replace(nodes=g.nodes["h"])
+    module = jnn.GATConv(4, num_heads=2, backend="xla")
+    params = module.init(jax.random.key(0), g)
+    report = jgnn.explain(module, params, g, layout=jgnn.GraphLayout.from_graph(g, self_loops=True))
+    assert [k.op for k in report.kernels] == ["attention"]
+    with pytest.raises(ValueError, match="self_loops=True"):
+        jgnn.explain(module, params, g, layout=jgnn.GraphLayout.from_graph(g))
+
+
 def test_mean_is_one_edge_walk():
     """(l) jgnn.mean reduces sum and count in one edge op."""
     rng = np.random.default_rng(3)
