@@ -241,6 +241,35 @@ def test_float64_is_float64_accurate(backend, reduce):
         check_against_reference(_h(compiled), _h(reference), g, dtype=np.float64)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int64_ids_under_x64_fuse_and_follow_jnp_semantics(backend):
+    """x64 graphs carry int64 ids, which jnp indexing wraps then narrows to int32 and `jax.ops.segment_sum`
+    narrows then drops: the gathers read the narrowed copy, so they did not fuse with the reduction
+    (`DIFFERENT_INDICES`)."""
+    rng = np.random.default_rng(17)
+    with x64():
+        g = _graph(rng, 10, 30, 4, dtype=jnp.float64)
+        senders, receivers = np.array(g.senders, np.int64), np.array(g.receivers, np.int64)
+        # Gathers wrap negative ids, reductions drop them. (Ids past the end are left out: jnp clamps their reads,
+        # and JAX's reverse mode drops the cotangent of a clamped read, which jgnn's gradient does not.)
+        senders[0], receivers[1] = -1, -3
+        g = g._replace(senders=jnp.asarray(senders), receivers=jnp.asarray(receivers))
+        assert g.senders.dtype == jnp.int64
+
+        def program(graph):
+            h = graph.nodes["h"]
+            logits = jnp.sum(h[graph.senders] * h[graph.receivers], -1)
+            alpha = jraph.segment_softmax(logits, graph.receivers, 10)
+            return (jax.ops.segment_sum(alpha[:, None] * h[graph.senders], graph.receivers, 10)
+                    + jax.ops.segment_max(jnp.tanh(h[graph.senders]), graph.receivers, 10))
+
+        compiled = jgnn.compile(program, backend=backend)
+        report = jgnn.explain(compiled, g)
+        assert Reason.DIFFERENT_INDICES not in report.codes(Pass.FUSE)
+        assert len(report.kernels) == 2
+        check_against_reference(compiled, program, g, dtype=np.float64)
+
+
 def test_complex_sums():
     rng = np.random.default_rng(6)
     g = _graph(rng, 8, 20, 3)

@@ -46,7 +46,7 @@ from jax.interpreters import ad, batching, mlir
 from jgnn import compat, facts
 from jgnn.facts import Info
 from jgnn.ops import edge_fn as ef
-from jgnn.ops.gather import normalize
+from jgnn.ops.gather import narrow, normalize
 from jgnn.ops.segment import accumulation_dtype, count_dtype, counts, identity, materialize, mean_dtype
 from jgnn.roles import Group, Movement, Residency
 
@@ -171,6 +171,7 @@ def reduce_rows(spec: EdgeSpec, src_ids, dst_ids):
     ids = src_ids if spec.over == Group.SRC else dst_ids
     n = spec.num_segments
     if spec.raw_over:
+        ids = narrow(ids)  # as jax.ops.segment_sum narrows 64-bit ids before it drops out-of-range ones
         return jnp.where((ids >= 0) & (ids < n), ids, n)
     return normalize(ids, n, wrap=spec.wrap)
 

@@ -41,10 +41,17 @@ def gather(x, ids, *, index: Index, mode: str = "clip", wrap: bool = True):
 
 
 def normalize(ids, n: int, *, wrap: bool, clip: bool = True):
-    """The row each id reads: negatives wrapped (jnp indexing) and, for ``clip``, clamped into ``[0, n)``."""
+    """The row each id reads: negatives wrapped (jnp indexing) and, for ``clip``, clamped into ``[0, n)``.
+    Wrapped 64-bit ids are then narrowed to int32 (`narrow`), as jnp indexing narrows them."""
     if wrap:
-        ids = jnp.where(ids < 0, ids + n, ids)
+        ids = narrow(jnp.where(ids < 0, ids + n, ids))
     return jnp.clip(ids, 0, max(n - 1, 0)) if clip else ids
+
+
+def narrow(ids):
+    """64-bit ids as int32, as jnp indexing and `jax.ops.segment_sum` pass them to XLA (x64 graphs): an id beyond
+    int32 names the row its low 32 bits name, there as here."""
+    return ids.astype(jnp.int32) if jnp.dtype(ids.dtype).itemsize > 4 else ids
 
 
 def reference(x, ids, *, mode, wrap, **_):

@@ -27,7 +27,7 @@ from jax import lax
 from jgnn import compat, facts, ir
 from jgnn.ops import edge_fn as ef
 from jgnn.ops import edge_op as eo
-from jgnn.ops.gather import normalize
+from jgnn.ops.gather import narrow, normalize
 from jgnn.report import Reason
 from jgnn.roles import Group
 
@@ -212,7 +212,7 @@ def _csr(spec: eo.EdgeSpec, over: Group, src_ids, dst_ids, layout, rows_of):
     other_group = Group.DST if over == Group.SRC else Group.SRC
     col = normalize(other, rows_of.get(other_group, n), wrap=spec.wrap)
     if spec.raw_over and spec.reduce != eo.Reduce.NONE:
-        rows = over_ids  # out-of-range rows are dropped by the builder, as segment ops drop them
+        rows = narrow(over_ids)  # out-of-range rows are dropped by the builder, as segment ops drop them
     else:
         rows = normalize(over_ids, n, wrap=spec.wrap)
     csr, _ = pk.build_csr_jax(col, rows, n)

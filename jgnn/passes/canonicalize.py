@@ -58,6 +58,27 @@ def unwrapped(ids: ir.Atom, n: int, made_by) -> tuple[ir.Atom, bool]:
     return keep, True
 
 
+def _narrowed(ids: ir.Atom, made_by) -> ir.Atom | None:
+    """The 64-bit ids behind jnp's (and `jax.ops.segment_sum`'s) narrowing of them to int32 (x64 graphs), or None.
+    The raised ops read those ids, the same value every gather and reduction of the graph reads, and narrow them
+    as jnp does (`gather.narrow`)."""
+    op = made_by.get(ids.id) if isinstance(ids, ir.Value) else None
+    if op is None or op.prim is not lax.convert_element_type_p or np.dtype(ids.dtype) != np.int32:
+        return None
+    (x,) = op.inputs
+    return x if np.issubdtype(x.dtype, np.signedinteger) and np.dtype(x.dtype).itemsize > 4 else None
+
+
+def _unwrapped_index(ids: ir.Atom, n: int, made_by) -> tuple[ir.Atom, bool]:
+    """`unwrapped`, also when jnp narrowed the wrapped 64-bit ids to int32 (wrap, then narrow: `gather.normalize`)."""
+    wide = _narrowed(ids, made_by)
+    if wide is not None:
+        raw, wrap = unwrapped(wide, n, made_by)
+        if wrap:
+            return raw, True
+    return unwrapped(ids, n, made_by)
+
+
 def _literal(atom: ir.Atom, value) -> bool:
     # complex literals compare as complex numbers: float() of one raises
     return isinstance(atom, ir.Const) and np.ndim(atom.value) == 0 and np.asarray(atom.value).item() == value
@@ -77,7 +98,7 @@ def _gather(op: ir.Op, ctx: Context, made_by, b: Builder) -> bool:
     mode = _GATHER_MODES.get(str(op.params.get("mode")))
     if ids is None or mode is None or not isinstance(x, ir.Value):
         return False
-    raw, wrap = unwrapped(ids, x.shape[0], made_by)
+    raw, wrap = _unwrapped_index(ids, x.shape[0], made_by)
     index = ctx.info(raw).index
     if index not in _RAISED_INDEX or ctx.info(raw).residency == Residency.UNKNOWN:
         return False
@@ -96,6 +117,7 @@ def _segment(op: ir.Op, ctx: Context, made_by, b: Builder) -> bool:
     ids = _column_of(column, made_by)
     if ids is None or not _expanded_literal(operand, made_by, _INIT[kind]):
         return False
+    ids = _narrowed(ids, made_by) or ids
     index = ctx.info(ids).index
     if index not in _RAISED_INDEX or ctx.info(updates).residency == Residency.UNKNOWN:
         return False
