@@ -12,18 +12,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-.PHONY: venv test test-slow demo lint bench-quick gpu-check fuzz
+.PHONY: venv test test-slow test-pyg demo lint bench-quick gpu-check fuzz
 venv: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check jgnn pallas_kernels tests examples benchmarks
 
 test: lint
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not gpu and not slow" --timeout 900
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not gpu and not slow and not pyg" --timeout 900
 
 # The slow tier: CI runs it as its own step after `make test`.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "slow and not gpu" --timeout 1800
+
+# PyG parity and converters against PyTorch Geometric: the torch CPU wheel (pinned, so pip never pulls a CUDA
+# build) and torch-geometric go into the same virtualenv; CI runs it as its own step.
+PYG_STAMP := $(VENV)/.installed-pyg
+$(PYG_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q "torch==2.13.0" "torch-geometric>=2.8,<2.9"
+	touch $(PYG_STAMP)
+
+test-pyg: $(PYG_STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "pyg and not gpu and not slow" --timeout 900
 
 demo: $(STAMP)
 	$(BIN)/python examples/train.py --model gat --dataset cora

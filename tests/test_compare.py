@@ -46,6 +46,7 @@ def test_quick_jax_rows_are_ok(quick):
     _check(quick[1], pyg=False)
 
 
+@pytest.mark.pyg
 def test_quick_pyg_rows_are_ok(quick):
     pytest.importorskip("torch")
     pytest.importorskip("torch_geometric")

@@ -330,6 +330,7 @@ def test_set2set_matches_written_out_lstm():
         np.testing.assert_allclose(out[i], np_set2set(g.nodes.astype(np.float64), 3, lstm), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.pyg
 def test_set2set_matches_pyg():
     torch = pytest.importorskip("torch")
     pyg_nn = pytest.importorskip("torch_geometric.nn")
@@ -401,6 +402,7 @@ def test_topk_pooling_matches_reference():
     assert float(jnp.abs(grad["params"]["projection"]).sum()) > 0
 
 
+@pytest.mark.pyg
 def test_topk_pooling_matches_pyg():
     torch = pytest.importorskip("torch")
     pyg_nn = pytest.importorskip("torch_geometric.nn")

@@ -135,6 +135,7 @@ def test_hetero_dblp(data_dir):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.pyg
 def test_from_pyg_hetero_matches_to_homogeneous():
     torch = pytest.importorskip("torch")
     pyg_data = pytest.importorskip("torch_geometric.data")
@@ -155,6 +156,7 @@ def test_from_pyg_hetero_matches_to_homogeneous():
     np.testing.assert_array_equal(got.node_features["item"], hg.node_features["item"])
 
 
+@pytest.mark.pyg
 def test_from_pyg_data_and_batch():
     torch = pytest.importorskip("torch")
     pyg_data = pytest.importorskip("torch_geometric.data")

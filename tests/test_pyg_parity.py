@@ -26,6 +26,8 @@ except ImportError:  # one clear reason for the whole module
 
 from jgnn import nn as jnn
 
+pytestmark = pytest.mark.pyg
+
 RTOL = ATOL = 1e-5  # float32
 D_IN, D_EDGE, R = 4, 3, 3
 SIZES = (6, 1, 7, 5)  # several graphs; the 1-node graph has only self-loops
