@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax._src import core as _core  # ManualAxisType: no public name in JAX 0.10-0.12
 from jax.experimental import pallas as pl
 
 try:  # JAX >= 0.5: the Triton-specific Pallas API.
@@ -61,14 +62,36 @@ def pallas_call(
         kwargs["input_output_aliases"] = input_output_aliases
     if name is not None:
         kwargs["name"] = name
-    return pl.pallas_call(
-        kernel,
-        out_shape=out_shape,
-        grid=grid,
-        compiler_params=triton_compiler_params(num_warps, num_stages),
-        interpret=interpret,
-        **kwargs,
-    )
+
+    def call(*args: Any) -> Any:
+        return pl.pallas_call(
+            kernel,
+            out_shape=varying_like(out_shape, args),
+            grid=grid,
+            compiler_params=triton_compiler_params(num_warps, num_stages),
+            interpret=interpret,
+            **kwargs,
+        )(*args)
+
+    return call
+
+
+def varying_like(out_shape: Any, args: Sequence[Any]) -> Any:
+    """``out_shape`` whose arrays vary over every manual mesh axis that some argument varies over.
+
+    Inside ``shard_map`` with ``check_vma=True`` (its default), ``pallas_call`` needs each output's varying
+    axes (none is an answer too); a graph kernel's output depends on all its inputs, so it varies wherever one
+    of them does. Outside a manual context Pallas ignores them. The ``manual_axis_type`` spelling holds in JAX
+    0.10-0.12.
+    """
+    axes: frozenset = frozenset()
+    for a in jax.tree_util.tree_leaves(args):
+        mat = getattr(jax.typeof(a), "manual_axis_type", None)
+        axes |= getattr(mat, "varying", frozenset())
+    mat = _core.ManualAxisType(varying=axes)
+    return jax.tree_util.tree_map(
+        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, manual_axis_type=mat)
+        if isinstance(s, jax.ShapeDtypeStruct) else s, out_shape)
 
 
 def program_id(axis: int) -> jax.Array:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import jraph
 import numpy as np
 import pytest
 from checks import tree_close
@@ -34,12 +35,14 @@ def _edge_ops(jaxpr) -> list:
     return found
 
 
-def test_shard_map_needs_no_check_vma_workaround():
-    """(k) a compiled layer inside shard_map, with the default vma checks, forward and grad."""
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+def test_shard_map_needs_no_check_vma_workaround(backend):
+    """(k) a compiled layer inside shard_map, with the default vma checks, forward and grad (Pallas kernels
+    declare their outputs' varying mesh axes)."""
     rng = np.random.default_rng(0)
     g = random_graph(rng, 16, 60, 7)
     parts = make_gat(rng, 7)
-    layer = jgnn.message_passing(*parts[:3], backend="xla")
+    layer = jgnn.message_passing(*parts[:3], backend=backend)
     reference = jgnn.message_passing(*parts[:3], backend="reference")
     mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
     sharded = shard_map(lambda h: layer(g._replace(nodes={"h": h})).nodes["h"], mesh=mesh,
@@ -48,6 +51,27 @@ def test_shard_map_needs_no_check_vma_workaround():
     grad = jax.jit(jax.grad(lambda h: jnp.sum(sharded(h))))(g.nodes["h"])
     want = jax.grad(lambda h: jnp.sum(reference(g._replace(nodes={"h": h})).nodes["h"]))(g.nodes["h"])
     tree_close(grad, want)
+
+
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+def test_raw_jraph_attention_under_shard_map_with_graph_arguments(backend):
+    """(k) jraph code under `jgnn.compile`, inside shard_map with the GraphsTuple and the weights passed in (the
+    fuzzer's shard_map mode): the Pallas kernels' outputs must say over which mesh axes they vary."""
+    rng = np.random.default_rng(3)
+    g = random_graph(rng, 16, 60, 7)
+    w = rng.normal(size=(7,)).astype(np.float32)
+
+    def attention(graph, w):
+        h, n = graph.nodes["h"], graph.nodes["h"].shape[0]
+        m = h[graph.senders]
+        alpha = jraph.segment_softmax(jnp.sum(m * w, -1), graph.receivers, n)
+        return jax.ops.segment_sum(m * alpha[:, None], graph.receivers, n)
+
+    compiled = jgnn.compile(attention, backend=backend)
+    assert [k.op for k in jgnn.explain(compiled, g, w).kernels] == ["attention"]
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    sharded = shard_map(compiled, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec())
+    tree_close(jax.jit(sharded)(g, w), attention(g, w))
 
 
 def test_pmap_of_grad_then_jit_at_the_same_shape():
