@@ -47,7 +47,7 @@ class Failure:
 
     case: Case
     backend: str
-    mode: str  # "forward", "grad", "jvp", "explain" or "program"
+    mode: str  # "forward", "grad", "jvp", "hvp", "vmap", "shard_map", "explain" or "program"
     kind: str  # see KINDS
     detail: str
     where: str = ""
@@ -138,6 +138,15 @@ def _compiled(program, backend: str, mode: str):
         out, grads = vjp(treedef, mask, floats, others, params, cotangent)
         return out, grads, jvp(treedef, mask, floats, others, params, tangents)[1]
 
+    def hvp(treedef, mask, floats, others, params, cotangent, tangents):
+        """Forward over reverse: the tangent, along ``tangents``, of the gradient of ``sum(out · cotangent)``."""
+        return jax.jvp(lambda f, p: vjp(treedef, mask, f, others, p, cotangent)[1], (floats, params), tangents)[1]
+
+    def hvp_by_jvp(treedef, mask, floats, others, params, cotangent, tangents):
+        """`hvp` over the forward-mode gradient (see `FORWARD_MODE_GRAD_FLAGS`)."""
+        return jax.jvp(lambda f, p: vjp_by_jvp(treedef, mask, f, others, p, cotangent)[1], (floats, params),
+                       tangents)[1]
+
     def vmap(treedef, mask, floats, others, params):
         """The layer mapped over a leading axis of stacked parameters."""
         return jax.vmap(lambda p: forward(treedef, mask, floats, others, p))(params)
@@ -150,7 +159,7 @@ def _compiled(program, backend: str, mode: str):
                              out_specs=spec)(floats, others, params)
 
     fns = {"forward": forward, "vjp": vjp, "jvp": jvp, "both": both, "vmap": vmap, "shard_map": shard_map,
-           "vjp_by_jvp": vjp_by_jvp}
+           "vjp_by_jvp": vjp_by_jvp, "hvp": hvp, "hvp_by_jvp": hvp_by_jvp}
     return jax.jit(fns[mode], static_argnums=(0, 1))
 
 
@@ -228,8 +237,9 @@ def run(program, backend: str, mode: str, ops: Operands, dtype: str):
     """(result, None) or (None, exception); results are numpy."""
     fn = _compiled(program, backend, mode)
     args = (ops.treedef, ops.mask, ops.floats, ops.others, ops.params)
-    args += {"vjp": (ops.cotangent,), "vjp_by_jvp": (ops.cotangent,), "jvp": (ops.tangents,),
-             "both": (ops.cotangent, ops.tangents)}.get(mode, ())
+    both = (ops.cotangent, ops.tangents)
+    args += {"vjp": (ops.cotangent,), "vjp_by_jvp": (ops.cotangent,), "jvp": (ops.tangents,), "both": both,
+             "hvp": both, "hvp_by_jvp": both}.get(mode, ())
     key = (program, backend, mode, dtype, ops.treedef, tuple((np.shape(x), str(getattr(x, "dtype", type(x))))
                                                              for x in jax.tree_util.tree_leaves(args[2:])))
     if key in _CRASHES:
@@ -364,7 +374,8 @@ DERIVATIVES = frozenset({"grad", "jvp"})
 # derivative of the forward pass; for these graphs the reference gradient is ``ctᵀ J`` by forward mode. A Jacobian
 # has NaN where reverse mode never forms a product (inf · 0 inside ``J``), so only finite positions are compared.
 FORWARD_MODE_GRAD_FLAGS = frozenset({"out_of_range"})
-PART_OF_MODE = {"vjp": "grad", "jvp": "jvp", "forward": "forward", "vmap": "vmap", "shard_map": "shard_map"}
+PART_OF_MODE = {"vjp": "grad", "jvp": "jvp", "forward": "forward", "vmap": "vmap", "shard_map": "shard_map",
+                "hvp": "hvp"}
 
 
 # ---- one case ----------------------------------------------------------------------------------------------
@@ -377,7 +388,7 @@ def check_case(case: Case, backends=BACKENDS) -> list[Failure]:
     except Exception as exc:
         return [_reference_failure(case, "program", exc)]
     ops = with_cotangent(ops, shapes, case.values.seed)
-    grad_by_jvp = bool(FORWARD_MODE_GRAD_FLAGS & set(case.graph.flags)) and "complex" not in dtype
+    grad_by_jvp = _grad_by_jvp(case)
     ref, errors = reference_parts(program, ops, dtype, grad_by_jvp)
     failures = [_reference_failure(case, PART_OF_MODE[mode], exc) for mode, exc in errors.items()]
     rejected = {mode for mode, exc in errors.items() if is_named_error(exc)}
@@ -468,10 +479,7 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
                 if not (mode in rejected and is_named_error(exc))]
     for part, value in got.items():
         if part in ref:
-            derivative = part in DERIVATIVES
-            nonfinite = ("exact" if not derivative else "finite_only" if part == "grad" and oracle.grad_finite_only
-                         else "positions")
-            fraction = tolerances.part_fraction(case.dtype, case.values.magnitude) if derivative else 0.0
+            nonfinite, fraction = _derivative_rules(case, part, oracle.grad_finite_only)
             res = compare_trees(ref[part], value, case.dtype, lambda part=part: oracle.part(part), nonfinite,
                                 fraction)
             if res is not None:
@@ -480,17 +488,43 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
     return failures
 
 
+def _derivative_rules(case: Case, part: str, grad_finite_only: bool) -> tuple[str, float]:
+    """How a part's non-finite positions must agree (a `NONFINITE` key), and its rows' least scale as a fraction
+    of the whole part (`tolerances.part_fraction`): forward values exactly; derivatives by position, or at finite
+    positions only for a gradient whose reference is by forward mode or reads unread non-finite rows."""
+    if part not in DERIVATIVES:
+        return "exact", 0.0
+    nonfinite = "finite_only" if part == "grad" and grad_finite_only else "positions"
+    return nonfinite, tolerances.part_fraction(case.dtype, case.values.magnitude)
+
+
+def _grad_by_jvp(case: Case) -> bool:
+    return bool(FORWARD_MODE_GRAD_FLAGS & set(case.graph.flags)) and "complex" not in case.dtype
+
+
 def _crash(case, backend, part, exc) -> Failure:
     return Failure(case, backend, part, "rejects" if is_named_error(exc) else "crash", _one_line(exc),
                    crash_site(exc))
 
 
 def check_transform(case: Case, transform: str, backends=BACKENDS) -> list[Failure]:
-    """The forward pass under ``vmap`` (over two stacked parameter sets) or ``shard_map``, against the reference."""
+    """One transform of the layer against the reference's: the forward pass under ``vmap`` (over two stacked
+    parameter sets) or ``shard_map``, or ``hvp``, the second derivative (forward over reverse) along the case's
+    tangents of the gradient of ``sum(out · cotangent)``; it is compared as a derivative (`_derivative_rules`).
+    """
     ops = operands(case)
     if transform == "vmap":
         ops = dataclasses.replace(ops, params=jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), ops.params))
-    ref, exc = run(case.program, "reference", transform, ops, case.dtype)
+    nonfinite, fraction, ref_mode = "exact", 0.0, transform
+    if transform == "hvp":
+        try:
+            ops = with_cotangent(ops, out_shapes(case.program, ops, case.dtype), case.values.seed)
+        except Exception as exc:
+            return [_reference_failure(case, "program", exc)]
+        grad_by_jvp = _grad_by_jvp(case)
+        nonfinite, fraction = _derivative_rules(case, "grad", grad_by_jvp or unread_nonfinite(ops))
+        ref_mode = "hvp_by_jvp" if grad_by_jvp else "hvp"
+    ref, exc = run(case.program, "reference", ref_mode, ops, case.dtype)
     if exc is not None:
         return [_reference_failure(case, transform, exc)]
     failures = []
@@ -499,7 +533,7 @@ def check_transform(case: Case, transform: str, backends=BACKENDS) -> list[Failu
         if exc is not None:
             failures.append(_crash(case, backend, transform, exc))
             continue
-        res = compare_trees(ref, got, case.dtype, lambda: ref)
+        res = compare_trees(ref, got, case.dtype, lambda: ref, nonfinite, fraction)
         if res is not None:
             failures.append(Failure(case, backend, transform, res[0], res[2], res[1]))
     return failures

@@ -60,9 +60,20 @@ UNDER_JIT_ONLY = frozenset({"negative", "out_of_range"})
 
 @dataclasses.dataclass(frozen=True)
 class GraphSpec:
+    """A graph: a shape from `SHAPES`, structure flags from `FLAGS`, and a seed.
+
+    Under x64 (float64 and complex128 cases), a graph with an odd seed has int64 ids and counts, as numpy gives
+    them by default: jnp narrows such ids to int32, so jgnn must read through that narrowing (`id_dtype`).
+    """
+
     shape: str = "small"
     flags: frozenset = frozenset()
     seed: int = 0
+
+    def id_dtype(self, dtype) -> np.dtype:
+        """The dtype of the graph's ids and counts for values of ``dtype``."""
+        wide = np.dtype(dtype) in (np.dtype(np.float64), np.dtype(np.complex128)) and self.seed % 2
+        return np.dtype(np.int64 if wide else np.int32)
 
     def __repr__(self) -> str:
         return f"GraphSpec({self.shape!r}, flags={sorted(self.flags)}, seed={self.seed})"
@@ -266,7 +277,8 @@ def build_inputs(sig: Signature, graph: GraphSpec, values: ValueSpec, dtype) -> 
     rng = np.random.default_rng([graph.seed, values.seed])
     fi = _finfo(dtype if not np.issubdtype(dtype, np.complexfloating) else np.float32)
     scale = MAGNITUDES[values.magnitude](fi)
-    inputs = {"graph": _graph(sig, SHAPES[graph.shape], graph.flags, rng, dtype, scale)}
+    inputs = {"graph": _with_ids(_graph(sig, SHAPES[graph.shape], graph.flags, rng, dtype, scale),
+                                 graph.id_dtype(dtype))}
     shape = SHAPES[graph.shape]
     for extra in sig.extras:
         if extra[0] == "idx":  # one node id per edge, e.g. negative samples
@@ -294,6 +306,11 @@ def build_inputs(sig: Signature, graph: GraphSpec, values: ValueSpec, dtype) -> 
     if any(extra[0] == "layout" for extra in sig.extras):  # host-built CSRs of the first graph
         inputs["layout"] = GraphLayout.from_graph(inputs["graph"], padded=shape.pad is not None)
     return Built(inputs, tuple(name for name, leaf in flat if is_float(leaf)))
+
+
+def _with_ids(g: jraph.GraphsTuple, id_dtype: np.dtype) -> jraph.GraphsTuple:
+    return g._replace(**{f: np.asarray(getattr(g, f), id_dtype) for f in ("senders", "receivers", "n_node",
+                                                                            "n_edge")})
 
 
 def _key(kind: str, seed: int):

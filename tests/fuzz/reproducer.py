@@ -110,6 +110,9 @@ def run(backend):
     if MODE == "shard_map":
         mesh, spec = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",)), jax.sharding.PartitionSpec()
         return {"shard_map": jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))(floats, params)}
+    if MODE == "hvp":  # forward over reverse, along the tangents
+        grad = lambda fl, p: jax.vjp(f, fl, p)[1](ct)
+        return {"hvp": jax.jit(lambda fl, p, t: jax.jvp(grad, (fl, p), t)[1])(floats, params, tangents)}
     if MODE == "jvp":
         out, tangent = jax.jit(lambda fl, p, t: jax.jvp(f, (fl, p), t))(floats, params, tangents)
         return {"forward": out, "jvp": tangent}

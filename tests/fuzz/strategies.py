@@ -52,7 +52,7 @@ class Batch:
     program: pg.Program
     dtype: str
     pairs: tuple[tuple[GraphSpec, ValueSpec], ...]
-    transform: str | None = None  # also check the forward pass under "vmap" or "shard_map" (first case)
+    transform: str | None = None  # also check "hvp", or the forward pass under "vmap" or "shard_map" (first case)
 
     def __repr__(self) -> str:
         pairs = "\n  ".join(f"{g!r}, {v!r}" for g, v in self.pairs)
@@ -480,6 +480,12 @@ def dtypes():
     return st.integers(0, 11).map(lambda i: DTYPES[max(i - 7, 0)])
 
 
+# A batch's extra check (`checker.check_transform`), three batches in eight. Hypothesis seldom draws the last
+# entries of a menu (in the derandomized CI set, an `integers(0, 7)` draw was never 7), so the transforms sit
+# among the Nones rather than at the end.
+TRANSFORMS = (None, "hvp", None, "vmap", None, "shard_map", None, None)
+
+
 @st.composite
 def batches(draw, graphs_per_batch: int = 5, values_per_graph: int = 4) -> Batch:
     dtype = draw(dtypes())
@@ -491,5 +497,5 @@ def batches(draw, graphs_per_batch: int = 5, values_per_graph: int = 4) -> Batch
         g = draw(graph_specs(shape, program.takes_layout))
         for _ in range(values_per_graph):
             pairs.append((g, draw(value_specs(probe.float_leaves))))
-    transform = draw(st.integers(0, 7).map(lambda i: {6: "vmap", 7: "shard_map"}.get(i)))
+    transform = draw(st.sampled_from(TRANSFORMS))
     return Batch(program, dtype, tuple(pairs), transform)
