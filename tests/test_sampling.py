@@ -240,3 +240,23 @@ def test_bad_input_is_named(call, message):
     senders, receivers, _, _ = _graph()
     with pytest.raises(ValueError, match=message):
         call(in_csr(senders, receivers, N))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", ["neighbor", "cluster"])
+def test_train_sampled_example_compiles_its_step_once(loader, data_dir):
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "JGNN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+           "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, str(root / "examples" / "train_sampled.py"), "--smoke", "--no-progress",
+                           "--loader", loader], capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["compiles"] == 1 and 0.0 <= out["test_accuracy"] <= 1.0
+    assert (out["train_nodes"], out["val_nodes"]) == (200, 300)  # 20 and 30 per class, 10 classes
