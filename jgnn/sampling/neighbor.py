@@ -126,7 +126,9 @@ class NeighborLoader:
         self.seeds = np.asarray(seeds, np.int64).reshape(-1)
         self.batch_size, self.shuffle, self.drop_last, self.seed = batch_size, shuffle, drop_last, seed
         self.features, self.labels = features, None if labels is None else np.asarray(labels)
-        default_nodes, default_edges = neighbor_budgets(self.csr, batch_size, self.fanouts)
+        # a batch never holds more seeds than there are, so few seeds need no room for batch_size of them
+        default_nodes, default_edges = neighbor_budgets(self.csr, min(batch_size, max(self.seeds.shape[0], 1)),
+                                                        self.fanouts)
         self.node_budget = default_nodes if node_budget is None else int(node_budget)
         self.edge_budget = default_edges if edge_budget is None else int(edge_budget)
         self.prefetch, self.progress, self.desc = prefetch, progress, desc
