@@ -121,7 +121,7 @@ class SAGE(nn.Module):
 
 def loaders(args, csr: InCSR, x, labels, train, val, test):
     """A function ``role -> loader`` for "train", "val" and "test"."""
-    common = dict(features=x, labels=labels, seed=args.seed)
+    common = dict(features=x, labels=labels, seed=args.seed, prefetch=args.prefetch)
     if args.loader == "neighbor":
         def make(role):
             seeds = {"train": train, "val": val, "test": test}[role]
@@ -164,6 +164,7 @@ def main(argv=None) -> None:
     p.add_argument("--clusters-per-batch", type=int, default=4, help="clusters in one batch (cluster)")
     p.add_argument("--eval", default="full", choices=["full", "sampled"],
                    help="validation/test on the whole graph with every neighbour, or on the training loader's batches")
+    p.add_argument("--prefetch", type=int, default=1, help="batches built ahead in a background thread (0: none)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--smoke", action="store_true", help="2 epochs, for tests")
