@@ -17,10 +17,11 @@ Graphs are `jraph.GraphsTuple`s: ``nodes`` leaves ``[N, ...]``, ``edges`` leaves
 * `validate(graph)`: check a graph's indices, dtypes and shapes, with errors naming the field.
 * `GraphLayout.from_graph(graph)`: sorted CSRs built once on the host, passed as ``layer(graph, layout=...)``.
 * `nn`: Flax layers (``GCNConv``, ``GATConv``, ... ``HGTConv``, readouts, pooling) mirroring PyG's.
+* `sampling`: mini-batch loaders (neighbour sampling, ClusterGCN) yielding padded, fixed-shape batches.
 * `datasets`: loaders (Planetoid, TU, RDF entities, knowledge graphs, OGB), generators and converters.
 """
 
-from jgnn import datasets, linkpred, nn, ops
+from jgnn import datasets, linkpred, nn, ops, sampling
 from jgnn.compiler import BACKENDS, Compiled, PlanCache, compile, explain
 from jgnn.graph import validate
 from jgnn.layout import GraphLayout, LayoutMismatchError
@@ -31,6 +32,6 @@ from jgnn.report import Pass, Reason, Report
 __all__ = [
     "BACKENDS", "Compiled", "GraphLayout", "LayoutMismatchError", "MessagePassing", "Pass", "PlanCache", "Reason",
     "Report", "UnsupportedMailboxOp", "compile", "datasets", "explain", "max", "mean", "message_passing", "min",
-    "linkpred", "nn", "ops", "softmax", "sum", "validate",
+    "linkpred", "nn", "ops", "sampling", "softmax", "sum", "validate",
 ]
 __version__ = "0.1.0"  # pyproject.toml
