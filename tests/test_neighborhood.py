@@ -3,6 +3,9 @@ empty groups, dense levels agree with their ragged form and with a per-group loo
 
 from __future__ import annotations
 
+import collections
+
+import jax
 import jax.numpy as jnp
 import jraph
 import numpy as np
@@ -157,3 +160,82 @@ def test_bad_input_is_named():
         jgnn.aggregate(jnp.ones((4, 2)), nbhd, [])
     with pytest.raises(TypeError, match="Aggregation"):
         jgnn.hierarchical([lambda mb, g: mb])
+
+
+# ---- models: JK-Net, PinSage -----------------------------------------------------------------------------
+
+def _random_graph(rng, n, e):
+    s, r = rng.integers(0, n, e), rng.integers(0, n, e)
+    x = jnp.asarray(rng.normal(size=(n, 5)), jnp.float32)
+    return jraph.GraphsTuple(nodes=x, edges=None, senders=jnp.asarray(s, jnp.int32),
+                             receivers=jnp.asarray(r, jnp.int32), n_node=jnp.asarray([n]), n_edge=jnp.asarray([e]),
+                             globals=None)
+
+
+def test_random_walks_follow_edges():
+    rng = np.random.default_rng(7)
+    g = _random_graph(rng, 15, 30)  # some nodes have no out-edges: their walks stay put
+    walks = np.asarray(jgnn.nn.pinsage.random_walks(g, jax.random.key(0), num_walks=4, walk_length=3))
+    assert walks.shape == (15, 4, 3)
+    edges = set(zip(np.asarray(g.senders).tolist(), np.asarray(g.receivers).tolist(), strict=True))
+    sinks = set(range(15)) - {s for s, _ in edges}
+    for v in range(15):
+        for walk in walks[v]:
+            prev = v
+            for u in walk.tolist():
+                assert (prev, u) in edges or (prev in sinks and u == prev)
+                prev = u
+
+
+def test_top_visited_is_top_k_by_count_without_self():
+    rng = np.random.default_rng(8)
+    visits = rng.integers(0, 9, (12, 30))
+    ids, counts = jgnn.nn.pinsage.top_visited(jnp.asarray(visits, jnp.int32), 4)
+    for v in range(12):
+        tally = collections.Counter(u for u in visits[v].tolist() if u != v)
+        got = [(int(i), int(c)) for i, c in zip(ids[v], counts[v], strict=True) if c > 0]
+        assert len({i for i, _ in got}) == len(got) == min(4, len(tally))
+        assert all(tally[i] == c for i, c in got)
+        left = [c for u, c in tally.items() if u not in {i for i, _ in got}]
+        assert not left or min(c for _, c in got) >= max(left)
+
+
+def test_jumping_knowledge_modes():
+    rng = np.random.default_rng(9)
+    xs = [jnp.asarray(rng.normal(size=(7, 4)), jnp.float32) for _ in range(3)]
+    for mode, want in (("cat", jnp.concatenate(xs, -1)), ("max", jnp.max(jnp.stack(xs), 0))):
+        jk = jgnn.nn.JumpingKnowledge(mode)
+        assert_close(jk.apply(jk.init(jax.random.key(0), xs), xs), want, what=mode)
+    jk = jgnn.nn.JumpingKnowledge("lstm")
+    params = jk.init(jax.random.key(0), xs)["params"]
+    out = jk.apply({"params": params}, xs)
+    assert out.shape == (7, 4)
+    # With a zero score layer every layer weighs 1/L: the attention level is a mean over layers.
+    flat = {**params, "att": {"kernel": jnp.zeros_like(params["att"]["kernel"]), "bias": params["att"]["bias"]}}
+    assert_close(jk.apply({"params": flat}, xs), jnp.mean(jnp.stack(xs), 0), what="lstm")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pinsage_conv_compiled_equals_reference(backend):
+    rng = np.random.default_rng(10)
+    g = _random_graph(rng, 25, 80)
+    nbhd = jgnn.nn.random_walk_neighbors(g, jax.random.key(1), num_walks=5, walk_length=3, top_k=4)
+    conv = jgnn.nn.PinSageConv(6, backend=backend)
+    params = conv.init(jax.random.key(2), g, nbhd)
+    ref = jgnn.nn.PinSageConv(6, backend="reference")
+    check_against_reference(lambda p, x: conv.apply(p, g._replace(nodes=x), nbhd).nodes,
+                            lambda p, x: ref.apply(p, g._replace(nodes=x), nbhd).nodes, params, g.nodes,
+                            jvp=False, terms=4)
+
+
+def test_pinsage_level_is_dense_without_segment_ops():
+    rng = np.random.default_rng(12)
+    g = _random_graph(rng, 20, 60)
+    nbhd = jgnn.nn.random_walk_neighbors(g, jax.random.key(1), top_k=5)
+    W = jnp.asarray(rng.normal(size=(5, 5)), jnp.float32)
+    layer = jgnn.hierarchical([jgnn.Aggregation(phi=lambda m, grp, f: jax.nn.relu(m @ W) * f["importance"])],
+                              backend="xla")
+    report = jgnn.explain(layer, g, nbhd)
+    assert [(d.code, d.get("fanout")) for d in report.decisions if d.get("level") is not None] == \
+        [(Reason.LEVEL_DENSE, 5)]
+    assert not any(e.primitive.startswith("jgnn_segment") for e in report.equations)
