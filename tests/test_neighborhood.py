@@ -239,3 +239,57 @@ def test_pinsage_level_is_dense_without_segment_ops():
     assert [(d.code, d.get("fanout")) for d in report.decisions if d.get("level") is not None] == \
         [(Reason.LEVEL_DENSE, 5)]
     assert not any(e.primitive.startswith("jgnn_segment") for e in report.equations)
+
+
+def _tiny_hetero(rng):
+    from jgnn.hetero import HeteroGraph
+
+    num = {"author": 12, "paper": 20, "venue": 3}
+    ap = np.stack([rng.integers(0, 12, 40), rng.integers(0, 20, 40)])
+    pv = np.stack([np.arange(20), rng.integers(0, 3, 20)])
+    edges = {("author", "ap", "paper"): ap, ("paper", "pa", "author"): ap[::-1].copy(),
+             ("paper", "pv", "venue"): pv, ("venue", "vp", "paper"): pv[::-1].copy()}
+    feats = {"author": rng.normal(size=(12, 4)).astype(np.float32), "paper": rng.normal(size=(20, 6)).astype(
+        np.float32)}
+    return HeteroGraph(num, edges, feats)
+
+
+def test_metapath_instances_follow_the_metapath():
+    rng = np.random.default_rng(13)
+    g = _tiny_hetero(rng)
+    nbhd, info = jgnn.nn.metapath_neighborhood(g, "author", [("author", "paper", "author"),
+                                                             ("author", "paper", "venue", "paper", "author")],
+                                               samples=4, seed=0)
+    level0, level1, level2 = nbhd.levels
+    assert (level0.dense, level1.dense, level2.fanout) == (False, False, 2)
+    ap = set(zip(*g.edge_index[("author", "ap", "paper")].tolist(), strict=True))
+    pv = set(zip(*g.edge_index[("paper", "pv", "venue")].tolist(), strict=True))
+    off = info["offsets"]
+    members, groups = np.asarray(level0.graph.senders), np.asarray(level0.graph.receivers)
+    owner = np.asarray(level1.graph.receivers)
+    for i in range(level0.num_groups):
+        nodes = members[groups == i]
+        p = owner[i] // 12
+        assert owner[i] % 12 == nodes[0] - off["author"]  # the instance starts at its target
+        a0, p0 = nodes[0] - off["author"], nodes[1] - off["paper"]
+        assert (a0, p0) in ap and (nodes[-1] - off["author"], nodes[-2] - off["paper"]) in ap
+        if p == 1:
+            assert (p0, nodes[2] - off["venue"]) in pv and (nodes[3] - off["paper"], nodes[2] - off["venue"]) in pv
+    assert sum(info["instances"].values()) == level0.num_groups
+
+
+@pytest.mark.parametrize("encoder", ["rotation", "mean"])
+def test_magnn_compiled_equals_reference(encoder):
+    rng = np.random.default_rng(14)
+    g = _tiny_hetero(rng)
+    nbhd, info = jgnn.nn.metapath_neighborhood(g, "author", [("author", "paper", "author"),
+                                                             ("author", "paper", "venue", "paper", "author")],
+                                               samples=3, seed=1)
+    feats = {t: jnp.asarray(g.node_features[t]) if t in g.node_features else None for t in g.num_nodes}
+    make = lambda backend: jgnn.nn.MAGNN(8, 3, dict(g.num_nodes), len(info["relations"]), encoder=encoder,
+                                         attention_dim=5, backend=backend)
+    params = make("xla").init(jax.random.key(0), feats, nbhd)
+    check_against_reference(lambda p: make("xla").apply(p, feats, nbhd), lambda p: make("reference").apply(
+        p, feats, nbhd), params, jvp=False, terms=8)
+    layer_levels = [d for d in jgnn.explain(make("xla"), params, feats, nbhd).kernels if d.get("nested")]
+    assert [k.op for k in layer_levels] == ["gather_reduce(mean)"]  # level 0: the instance encoder, fused
