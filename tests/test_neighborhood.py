@@ -293,3 +293,39 @@ def test_magnn_compiled_equals_reference(encoder):
         p, feats, nbhd), params, jvp=False, terms=8)
     layer_levels = [d for d in jgnn.explain(make("xla"), params, feats, nbhd).kernels if d.get("nested")]
     assert [k.op for k in layer_levels] == ["gather_reduce(mean)"]  # level 0: the instance encoder, fused
+
+
+def test_hop_similarity_and_closest_anchors():
+    # A path 0-1-2-3-4 and an isolated node 5: s(u, v) = 1 / (|u - v| + 1) on the path, 0 across.
+    senders, receivers = np.asarray([0, 1, 2, 3]), np.asarray([1, 2, 3, 4])
+    sim = jgnn.nn.hop_similarity(senders, receivers, 6)
+    want = np.zeros((6, 6), np.float32)
+    want[:5, :5] = 1.0 / (np.abs(np.arange(5)[:, None] - np.arange(5)[None, :]) + 1)
+    want[5, 5] = 1.0
+    assert_close(sim, want)
+    assert_close(jgnn.nn.hop_similarity(senders, receivers, 6, max_distance=1), np.where(want >= 0.5, want, 0))
+    rng = np.random.default_rng(15)
+    sim = jgnn.nn.hop_similarity(rng.integers(0, 16, 30), rng.integers(0, 16, 30), 16)
+    level = jgnn.nn.anchor_neighborhood(sim, np.random.default_rng(0), copies=2).levels[0]
+    assert level.fanout == 2 * 4  # log2(16) sizes, 2 copies each
+    members = np.asarray(level.graph.senders).reshape(16, -1)
+    s = np.asarray(level.graph.edges["s"]).reshape(16, -1)
+    assert_close(s, sim[np.arange(16)[:, None], members])
+    assert level.graph.edges["slot"].shape == (16 * 8,)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pgnn_conv_compiled_equals_reference(backend):
+    rng = np.random.default_rng(16)
+    g = _random_graph(rng, 20, 50)
+    sim = jgnn.nn.hop_similarity(np.asarray(g.senders), np.asarray(g.receivers), 20)
+    nbhd = jgnn.nn.anchor_neighborhood(sim, np.random.default_rng(1))
+    conv, ref = jgnn.nn.PGNNConv(6, backend=backend), jgnn.nn.PGNNConv(6, backend="reference")
+    params = conv.init(jax.random.key(0), g, nbhd)
+    def run(module):
+        def apply(p, x):
+            position, out = module.apply(p, g._replace(nodes=x), nbhd)
+            return position, out.nodes
+        return apply
+
+    check_against_reference(run(conv), run(ref), params, g.nodes, jvp=False, terms=8)
