@@ -39,8 +39,8 @@ def hop_similarity(senders: np.ndarray, receivers: np.ndarray, num_nodes: int, m
 
 def anchor_neighborhood(similarity: np.ndarray, rng: np.random.Generator, *, copies: int | None = None
                         ) -> neighborhood.Neighborhood:
-    """P-GNN's NeighborSelection (see module docstring) from a `hop_similarity` matrix; ``copies`` sets of each
-    size (None: ``log2(N)``, the authors' default ``c = 1``)."""
+    """P-GNN's NeighborSelection (see module docstring) from a symmetric `hop_similarity` matrix; ``copies``
+    sets of each size (None: ``log2(N)``, the authors' default ``c = 1``)."""
     n = similarity.shape[0]
     m = int(np.log2(n))
     copies = m if copies is None else copies
@@ -49,10 +49,10 @@ def anchor_neighborhood(similarity: np.ndarray, rng: np.random.Generator, *, cop
         size = max(int(n / np.exp2(i + 1)), 1)
         for _ in range(copies):
             anchors = rng.choice(n, size, replace=False)
-            sub = similarity[:, anchors]
-            best = np.argmax(sub, 1)
+            sub = similarity[anchors]  # rows, not columns: the similarity is symmetric and rows are contiguous
+            best = np.argmax(sub, 0)
             members.append(anchors[best])
-            scores.append(sub[np.arange(n), best])
+            scores.append(sub[best, np.arange(n)])
     k = len(members)
     features = {"s": jnp.asarray(np.stack(scores, 1)[..., None]),
                 "slot": jnp.asarray(np.broadcast_to(np.arange(k, dtype=np.int32), (n, k)))}
