@@ -93,7 +93,7 @@ def test_compiled_equals_reference_f32(backend, shape, kinds):
                             lambda x, W: _run(nbhd, kinds, "reference", x, W), x, W, terms=8, jvp=False)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["xla", pytest.param("pallas_interpret", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kinds", [("sum", "max", "mean"), ("softmax", "mean", "max")])
 def test_compiled_equals_reference_f64(backend, kinds):
     rng = np.random.default_rng(11)
@@ -278,7 +278,7 @@ def test_metapath_instances_follow_the_metapath():
     assert sum(info["instances"].values()) == level0.num_groups
 
 
-@pytest.mark.parametrize("encoder", ["rotation", "mean"])
+@pytest.mark.parametrize("encoder", ["rotation", pytest.param("mean", marks=pytest.mark.slow)])
 def test_magnn_compiled_equals_reference(encoder):
     rng = np.random.default_rng(14)
     g = _tiny_hetero(rng)
