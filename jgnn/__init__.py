@@ -14,6 +14,8 @@ Graphs are `jraph.GraphsTuple`s: ``nodes`` leaves ``[N, ...]``, ``edges`` leaves
 * `compile(fn, backend=, remat=, buckets=)`: any function of GraphsTuples, compiled; `BACKENDS` lists the
   backends.
 * `explain(fn, *args)`: a `Report` of residencies, rewrites (`Pass`, `Reason` codes), kernels and fallbacks.
+* `hierarchical(aggregations, psi)`: a layer over a `Neighborhood` of `dense_level`/`ragged_level`s (FlexGraph's
+  NeighborSelection → Aggregation per level → Update), each ragged level compiled as a graph level.
 * `validate(graph)`: check a graph's indices, dtypes and shapes, with errors naming the field.
 * `GraphLayout.from_graph(graph)`: sorted CSRs built once on the host, passed as ``layer(graph, layout=...)``.
 * `nn`: Flax layers (``GCNConv``, ``GATConv``, ... ``HGTConv``, readouts, pooling) mirroring PyG's.
@@ -27,10 +29,22 @@ from jgnn.graph import validate
 from jgnn.layout import GraphLayout, LayoutMismatchError
 from jgnn.mailbox import UnsupportedMailboxOp, max, mean, min, softmax, sum
 from jgnn.message_passing import MessagePassing, message_passing
+from jgnn.neighborhood import (
+    Aggregation,
+    Hierarchical,
+    Level,
+    Neighborhood,
+    aggregate,
+    dense_level,
+    hierarchical,
+    ragged_level,
+)
 from jgnn.report import Pass, Reason, Report
 
 __all__ = [
-    "BACKENDS", "Compiled", "GraphLayout", "LayoutMismatchError", "MessagePassing", "Pass", "PlanCache", "Reason",
+    "Aggregation", "BACKENDS", "Compiled", "Hierarchical", "Level", "Neighborhood", "aggregate", "dense_level",
+    "hierarchical", "ragged_level", "GraphLayout", "LayoutMismatchError", "MessagePassing", "Pass", "PlanCache",
+    "Reason",
     "Report", "UnsupportedMailboxOp", "compile", "datasets", "explain", "max", "mean", "message_passing", "min",
     "linkpred", "nn", "ops", "sampling", "softmax", "sum", "validate",
 ]

@@ -95,6 +95,11 @@ class Reason(enum.StrEnum):
     REMAT_POLICY = "remat_policy"
     EDGE_MATMUL_SAVED = "edge_matmul_saved"
     # plan cache
+    # hierarchical neighbourhoods (jgnn.neighborhood): the lowering of each level
+    LEVEL_DENSE = "level_dense"
+    LEVEL_SEGMENT = "level_segment"
+    LEVEL_FUSED = "level_fused"
+    LEVEL_NOT_FUSED = "level_not_fused"
     CACHE_HIT = "cache_hit"
     CACHE_MISS = "cache_miss"
     BUCKETED = "bucketed"
@@ -167,6 +172,11 @@ MESSAGES: dict[Reason, str] = {
     Reason.REMAT_POLICY: "{policy}: saved {saved}; recomputed {recomputed}",
     Reason.EDGE_MATMUL_SAVED: "{count} edge-level matmul output(s) are saved where the backward reads them "
                               "(remat='edges' recomputes them at one more matmul each{hint})",
+    Reason.LEVEL_DENSE: "level {level}: fan-out {fanout} into {groups} groups as a reshape and dense reductions "
+                        "(no segment op)",
+    Reason.LEVEL_SEGMENT: "level {level}: {members} members into {groups} groups by segment reductions",
+    Reason.LEVEL_FUSED: "level {level}: gather→compute→reduce over its {members} members is one fused op",
+    Reason.LEVEL_NOT_FUSED: "level {level}: no fused op reduces its {members} members",
     Reason.CACHE_HIT: "plan reused ({hits} hits, {misses} misses)",
     Reason.CACHE_MISS: "plan built ({hits} hits, {misses} misses)",
     Reason.BUCKETED: "padded to the ({nodes}, {edges}) bucket",

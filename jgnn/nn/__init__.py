@@ -26,6 +26,10 @@ from jgnn.nn.gat import GATConv, GATv2Conv
 from jgnn.nn.gcn import GCNConv
 from jgnn.nn.gin import EdgeConv, GINConv, GINEConv
 from jgnn.nn.hgt import HGTConv
+from jgnn.nn.jknet import JKNet, JumpingKnowledge
+from jgnn.nn.magnn import MAGNN, metapath_neighborhood
+from jgnn.nn.pgnn import PGNN, PGNNConv, anchor_neighborhood, hop_similarity
+from jgnn.nn.pinsage import PinSage, PinSageConv, random_walk_neighbors
 from jgnn.nn.pna import PNAConv
 from jgnn.nn.pool import Pooled, SAGPooling, TopKPooling
 from jgnn.nn.readout import AttentionReadout, Set2Set, max_pool, mean_pool, sum_pool
@@ -36,7 +40,8 @@ from jgnn.nn.transformer import TransformerConv
 
 __all__ = [
     "APPNP", "Attention", "AttentionReadout", "ChebConv", "EdgeConv", "GATConv", "GATv2Conv", "GCNConv", "GINConv",
-    "GINEConv", "GraphConv", "HGTConv", "PNAConv", "Pooled", "RGATConv", "RGCNConv", "SAGEConv", "SAGPooling",
-    "Set2Set", "TopKPooling", "TransformerConv", "add_self_loops", "in_degree", "in_degree_per_type", "max_pool",
-    "mean_pool", "sum_pool",
+    "GINEConv", "GraphConv", "HGTConv", "JKNet", "JumpingKnowledge", "MAGNN", "PGNN", "PGNNConv", "PNAConv",
+    "PinSage", "PinSageConv", "Pooled", "RGATConv", "RGCNConv", "SAGEConv", "SAGPooling", "Set2Set", "TopKPooling",
+    "TransformerConv", "add_self_loops", "anchor_neighborhood", "hop_similarity", "in_degree", "in_degree_per_type",
+    "max_pool", "mean_pool", "metapath_neighborhood", "random_walk_neighbors", "sum_pool",
 ]
