@@ -158,8 +158,8 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
     region = _base_region(spec.fn)
     if region is None or isinstance(spec.fn, ef.Batched | ef.PyFn):
         return Reason.NOT_LANEWISE, {"prim": "a derived or batched edge function"}
-    if spec.over == Group.ALL or spec.hits:
-        return Reason.NOT_LANEWISE, {"prim": "shared cotangent" if spec.over == Group.ALL else "extremum mask"}
+    if spec.over == Group.ALL:
+        return Reason.NOT_LANEWISE, {"prim": "shared cotangent"}
     for a in operand_avals:
         if np.dtype(a.dtype) not in _KERNEL_DTYPES:
             return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(a.dtype))}
@@ -273,7 +273,25 @@ def run(*args, spec: eo.EdgeSpec) -> list:
     result = [jnp.broadcast_to(out, (n, width)).reshape((n,) + msg.shape[1:])]
     if kind == "mean":
         result.append((csr.indptr[1:] - csr.indptr[:-1]).astype(eo.count_dtype(msg.dtype)))
+    if spec.hits:
+        hits = _hits(spec, place, col, row, edge, shared, csr, out, interpret)
+        result.append(jnp.broadcast_to(hits != 0, (spec.num_edges, width))
+                      .reshape((spec.num_edges,) + msg.shape[1:]))
     return result
+
+
+def _hits(spec, place, col, row, edge, shared, csr, best, interpret):
+    """Per edge, whether its message attains its row's max/min (``best``, the gather kernel's ``[n, w]``): a
+    compute kernel over the same CSR that re-evaluates the edge function, with ``best`` as one more row operand,
+    and compares as the reference does (a NaN row has no hits; dropped edges have none)."""
+    import pallas_kernels as pk
+
+    def hit_fn(c, r, e, s):
+        (y,) = spec.fn.apply(place(c, r[:-1], e, s), lanes=True)
+        return jnp.where(y == r[-1].astype(y.dtype), 1, 0).astype(jnp.int32)
+
+    return pk.gather_compute_forward(hit_fn, col, row + (best,), edge, shared, csr, num_edges=spec.num_edges,
+                                     interpret=interpret, out_dtype=jnp.int32)
 
 
 def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret):
@@ -299,7 +317,7 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     def as_traced(tile, shape):
         """A kernel tile with the rank the region was traced with (unit axes put back; a per-row scalar is its
         first column; with one head the head axis goes)."""
-        core = tile[:, 0] if heads == 1 or not _squeezed(shape) else tile
+        core = _first_column(tile) if heads == 1 or not _squeezed(shape) else tile
         dims = iter(core.shape[1:])
         return jnp.reshape(core, (core.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
 
@@ -322,6 +340,17 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     stat = eo.accumulation_dtype(msgs[0].dtype)
     return [out.reshape((n,) + msgs[1].shape[1:]), m.reshape((n,) + msgs[0].shape[1:]).astype(stat),
             l.reshape((n,) + msgs[0].shape[1:]).astype(stat)]
+
+
+def _first_column(tile):
+    """``tile[:, 0]`` of a ``[B, H, ...]`` tile as a masked reduction over the head axis: Pallas' Triton lowering
+    has no static ``slice``. Exact: the other lanes add the reduction's identity (-0.0 for floats, which keeps
+    a -0.0 and passes inf and NaN through; False for bool, through int32)."""
+    lane = lax.broadcasted_iota(jnp.int32, tile.shape, 1) == 0
+    if tile.dtype == jnp.bool_:  # no reduce_or in Triton either
+        return jnp.max(jnp.where(lane & tile, 1, 0), axis=1) > 0
+    fill = jnp.array(-0.0 if jnp.issubdtype(tile.dtype, jnp.floating) else 0, tile.dtype)
+    return jnp.sum(jnp.where(lane, tile, fill), axis=1)
 
 
 def _tile_op(op, ins, block: int):
