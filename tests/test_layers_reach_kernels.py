@@ -80,3 +80,58 @@ def test_max_min_on_kernel_match_reference_with_ties(kind, dtype, monkeypatch):
         choices = lowered_choices(monkeypatch, lambda x: jax.grad(loss)(x, kernel), finite)
         assert (kind, True, "kernel", Reason.LOWER_KERNEL) in choices
         assert {(impl, code) for *_, impl, code in choices} == {("kernel", Reason.LOWER_KERNEL)}
+
+
+def _attention_layer(name: str, backend: str, **options):
+    import jgnn.nn as gnn
+
+    cls = {"gat": gnn.GATConv, "gatv2": gnn.GATv2Conv}[name]
+    return cls(3, num_heads=4, backend=backend, **options)
+
+
+def _layer_loss(module, variables, graph, layout, **apply):
+    # jitted, as a training step is: eagerly, a layout built with self_loops=True is checked against the looped
+    # graph's concrete edges, whose fingerprint differs from the graph's (jgnn.layout; reported, not fixed here)
+    @jax.jit
+    def loss(x):
+        out = module.apply(variables, graph._replace(nodes={"h": x}), layout=layout, **apply).nodes["h"]
+        return jnp.sum(jnp.sin(out) * jnp.arange(out.shape[-1], dtype=out.dtype))
+
+    return loss
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_attention_layers_with_self_loops_match_reference(name, dtype, monkeypatch):
+    """GAT/GATv2 with their appended self-loops (a per-edge bool that masks existing loops, a per-row scalar in
+    the attention tiles) on duplicate edges, isolated nodes and a hub: interpret-mode forward and gradient equal
+    the reference; the forward attention runs on the kernel."""
+    with x64() if dtype == jnp.float64 else contextlib.nullcontext():
+        rng = np.random.default_rng(SEED)
+        graph = random_graph(rng, 14, 50, 5, isolated=2, hub=10, duplicates=6, dtype=dtype)
+        graph = graph._replace(senders=graph.senders.at[:3].set(graph.receivers[:3]))  # existing self-loops
+        layout = GraphLayout.from_graph(graph, self_loops=True)
+        kernel, reference = (_attention_layer(name, b) for b in ("pallas_interpret", "reference"))
+        variables = reference.init(jax.random.key(0), graph, layout=layout)
+        variables = jax.tree.map(lambda p: p.astype(dtype), variables)
+        tol = TOL[dtype]
+        h = graph.nodes["h"]
+        fk, fr = (_layer_loss(m, variables, graph, layout) for m in (kernel, reference))
+        np.testing.assert_allclose(fk(h), fr(h), **tol)
+        np.testing.assert_allclose(jax.grad(fk)(h), jax.grad(fr)(h), **tol)
+        choices = lowered_choices(monkeypatch, jax.grad(fk), h)
+        assert ("softmax", False, "kernel", Reason.LOWER_KERNEL) in choices
+
+
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_attention_layers_with_self_loops_lower_for_cuda(name):
+    """The attention tiles of a per-row scalar lower to Triton (no static slice or reduce_or there)."""
+    from pallas_kernels import compat
+
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 14, 50, 5, isolated=2, hub=10)
+    layout = GraphLayout.from_graph(graph, self_loops=True)
+    module = _attention_layer(name, "pallas")
+    variables = _attention_layer(name, "reference").init(jax.random.key(0), graph, layout=layout)
+    step = jax.value_and_grad(_layer_loss(module, variables, graph, layout))
+    assert compat.TRITON_CUSTOM_CALL in compat.export_cuda_mlir(step, graph.nodes["h"])
