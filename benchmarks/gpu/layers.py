@@ -25,24 +25,26 @@ from jgnn.layout import GraphLayout
 # layer case -> {Triton kernel name prefix: the fewest calls of it the training step must make}.
 # This is what "every layer reaches its kernels on GPU" means (issue 14); update it as kernels are renamed,
 # split or merged. A prefix counts every kernel whose name starts with it. The kernels are jgnn's forward
-# entry points (`gnn_gather_reduce_<kind>`, `gnn_gather_compute`, `gnn_attention`, each with a `_combine` for
-# split hub rows); a backward pass is more calls of them, since a transpose is another edge op: the cotangent
-# of a sum over destinations is a `gnn_gather_reduce_sum` over sources, a per-edge cotangent (typed matmul's
-# edge rows) a `gnn_gather_compute`, max/min's tie mask a `gnn_gather_compute` beside the max/min, and
-# attention's transpose (`SoftmaxRowDot`, `SoftmaxVjp`) `gnn_gather_reduce_sum` walks.
+# entry points (`gnn_gather_reduce_<kind>`, `gnn_gather_compute`, `gnn_attention`, `gnn_head_reduce_sum`,
+# `gnn_head_compute`, each with a `_combine` for split hub rows); a backward pass is more calls of them, since a
+# transpose is another edge op: the cotangent of a sum over destinations is a `gnn_gather_reduce_sum` over
+# sources, a per-edge cotangent (typed matmul's edge rows) a `gnn_gather_compute`, max/min's tie mask a
+# `gnn_gather_compute` beside the max/min, and attention's transpose (`SoftmaxRowDot` for the row sums,
+# `SoftmaxVjp` per operand group) per-head walks, `gnn_head_reduce_sum` (and `gnn_head_compute` for per-edge
+# operands such as HGT's typed keys).
 EXPECTED_KERNELS: dict[str, dict[str, int]] = {
     "gcn": {"gnn_gather_reduce_sum": 2},
-    "gat": {"gnn_attention": 1, "gnn_gather_reduce_sum": 2},
-    "gat_attention_dropout": {"gnn_attention": 1, "gnn_gather_reduce_sum": 2},
-    "gatv2": {"gnn_attention": 1, "gnn_gather_reduce_sum": 2},
+    "gat": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "gat_attention_dropout": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "gatv2": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
     "sage_mean": {"gnn_gather_reduce_mean": 1, "gnn_gather_reduce_sum": 1},
     "sage_max": {"gnn_gather_reduce_max": 1, "gnn_gather_compute": 1, "gnn_gather_reduce_sum": 1},
     "sage_min": {"gnn_gather_reduce_min": 1, "gnn_gather_compute": 1, "gnn_gather_reduce_sum": 1},
     "gin": {"gnn_gather_reduce_sum": 2},
     "edgeconv": {"gnn_gather_reduce_max": 1, "gnn_gather_compute": 2},
     "rgcn": {"gnn_gather_reduce_sum": 1, "gnn_gather_compute": 1},
-    "rgat": {"gnn_attention": 1, "gnn_gather_reduce_sum": 2},
-    "hgt": {"gnn_attention": 1, "gnn_gather_reduce_sum": 2},
+    "rgat": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "hgt": {"gnn_attention": 1, "gnn_head_reduce_sum": 2, "gnn_head_compute": 1},
 }
 
 N, E, F = 64, 256, 64  # nodes, edges, feature width in and out (attention: 8 heads x 8)

@@ -180,6 +180,14 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
         if any(np.dtype(m.dtype) not in _FLOAT for m in msgs):
             return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(msgs[0].dtype))}
         return None
+    lanes = _lanewise(spec, region, operand_avals, msgs)
+    if lanes is None or _head_tiles(spec, operand_avals, msgs) is None:
+        return None
+    return lanes
+
+
+def _lanewise(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals, msgs) -> tuple[Reason, dict] | None:
+    """None when the lane-wise gather kernels can run ``spec`` (a reduction or per-edge op, not softmax)."""
     for op in region.ops:
         if not _lane_op(op, region) or op.prim.multiple_results or op.prim in compat.CUSTOM_CALLS:
             return Reason.NOT_LANEWISE, {"prim": op.name}
@@ -196,6 +204,53 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
     if len(msgs) != 1:
         return Reason.NOT_LANEWISE, {"prim": "several messages"}
     return None
+
+
+def _is_pow2(d: int) -> bool:
+    return d > 0 and d & (d - 1) == 0
+
+
+def _head_tiles(spec: eo.EdgeSpec, operand_avals, msgs) -> tuple[Reason, dict] | None:
+    """None when the per-head kernels (`pallas_kernels.head_reduce`) can run ``spec``: a sum or per-edge op whose
+    one message is ``[E, H]`` or ``[E, H, D]`` and whose operands are per row, per head or ``[*, H, Dk]`` (unit
+    axes aside), with every size a power of two, so that the kernel's tiles have no padding lanes and the edge
+    function runs on exactly the shapes it was traced with (attention's backward: `SoftmaxRowDot`,
+    `SoftmaxVjp`)."""
+    if spec.reduce not in (eo.Reduce.SUM, eo.Reduce.NONE):
+        return Reason.NOT_LANEWISE, {"prim": f"a per-head {spec.reduce.value}"}
+    heads = {_message_heads(m) for m in msgs}
+    if len(heads) != 1 or None in heads:
+        return Reason.NOT_LANEWISE, {"prim": f"per-head messages of shapes {[m.shape[1:] for m in msgs]}"}
+    (heads,) = heads
+    sizes = [d for m in msgs for d in _squeezed(m.shape[1:])]
+    for a, g in zip(operand_avals, spec.groups, strict=True):
+        if np.dtype(a.dtype) not in _FLOAT | {np.dtype(np.bool_)}:
+            return Reason.UNSUPPORTED_DTYPE, {"dtype": f"{np.dtype(a.dtype)} in a per-head function"}
+        trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
+        kernel = _kernel_trailing(trailing, heads)
+        if kernel is None:
+            return Reason.NOT_LANEWISE, {"prim": f"per-head operand of trailing shape {trailing}"}
+        sizes.extend(kernel)
+    if any(np.dtype(m.dtype) not in _FLOAT for m in msgs) or len({np.dtype(m.dtype) for m in msgs}) != 1:
+        return Reason.UNSUPPORTED_DTYPE, {"dtype": ",".join(sorted({str(np.dtype(m.dtype)) for m in msgs}))}
+    if not all(map(_is_pow2, sizes)):
+        return Reason.NOT_ZERO_PADDING_SAFE, {"sizes": tuple(sorted(set(sizes)))}
+    return None
+
+
+def _message_heads(msg) -> int | None:
+    """``H`` of ``[E, H]`` or ``[E, H, D]`` messages (unit axes aside)."""
+    squeezed = _squeezed(msg.shape[1:])
+    return squeezed[0] if 1 <= len(squeezed) <= 2 else None
+
+
+def kernel_params(spec: eo.EdgeSpec, operand_avals) -> tuple:
+    """The report parameters of an eligible op: which kernel family runs it."""
+    if spec.reduce == eo.Reduce.SOFTMAX:
+        return (("kernel", "attention"),)
+    region = _base_region(spec.fn)
+    msgs = eo.message_avals(spec, operand_avals)
+    return (("kernel", "lanes" if _lanewise(spec, region, operand_avals, msgs) is None else "heads"),)
 
 
 # ---- run --------------------------------------------------------------------------------------------------
@@ -249,6 +304,9 @@ def run(*args, spec: eo.EdgeSpec) -> list:
 
     if spec.reduce == eo.Reduce.SOFTMAX:
         return _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret)
+    if _lanewise(spec, _base_region(spec.fn), [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in operands],
+                 msgs) is not None:
+        return _per_head_op(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret)
 
     def edge_fn(col, row, edge, shared):
         (y,) = spec.fn.apply(place(col, row, edge, shared), lanes=True)
@@ -304,22 +362,8 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     traced = [tuple(v.shape) if w and (not v.ndim or v.shape[0] != 1) else tuple(v.shape[1:])
               for v, w in zip(region.inputs, region.whole, strict=True)]
 
-    def per_head(k):
-        """The operand as the kernel takes it: ``[rows, H]`` or ``[rows, H, Dk]`` (a scalar per row broadcast)."""
-        x = operands[k]
-        shared = spec.groups[k] == Group.SHARED
-        rows = 1 if shared else x.shape[0]
-        trailing = _squeezed(x.shape if shared else x.shape[1:])
-        x = jnp.reshape(x, (rows,) + trailing)
-        return jnp.broadcast_to(x[:, None], (rows, heads)) if not trailing else \
-            jnp.reshape(x, (rows,) + _kernel_trailing(trailing, heads))
-
-    def as_traced(tile, shape):
-        """A kernel tile with the rank the region was traced with (unit axes put back; a per-row scalar is its
-        first column; with one head the head axis goes)."""
-        core = _first_column(tile) if heads == 1 or not _squeezed(shape) else tile
-        dims = iter(core.shape[1:])
-        return jnp.reshape(core, (core.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
+    per_head = lambda k: _per_head(operands[k], spec.groups[k] == Group.SHARED, heads)
+    as_traced = lambda tile, shape: _as_traced(tile, shape, heads)
 
     def edge_fn(col, row, edge, shared):
         tiles = [as_traced(t, shape) for t, shape in zip(place(col, row, edge, shared), traced, strict=True)]
@@ -340,6 +384,59 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     stat = eo.accumulation_dtype(msgs[0].dtype)
     return [out.reshape((n,) + msgs[1].shape[1:]), m.reshape((n,) + msgs[0].shape[1:]).astype(stat),
             l.reshape((n,) + msgs[0].shape[1:]).astype(stat)]
+
+
+def _per_head_op(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret):
+    """A sum or per-edge op on the per-head kernels (`_head_tiles` holds): the edge function runs on tiles
+    shaped back to its operands' own shapes."""
+    import pallas_kernels as pk
+
+    heads = _message_heads(msgs[0])
+
+    def operand(tile, k):
+        x = operands[k]
+        if spec.groups[k] == Group.SHARED:
+            return jnp.reshape(_first_row(_as_traced(tile, x.shape, heads)), x.shape)
+        return _as_traced(tile, x.shape[1:], heads)
+
+    def edge_fn(col, row, edge, shared):
+        ys = spec.fn.apply([operand(t, k) for k, t in enumerate(place(col, row, edge, shared))])
+        return tuple(jnp.reshape(y, (y.shape[0], heads, -1)) for y in ys)
+
+    pick = lambda g: tuple(_per_head(operands[k], g == Group.SHARED, heads) for k in slots[g])
+    args = (edge_fn, pick(col_group), pick(row_group), pick(Group.EDGE), pick(Group.SHARED), csr)
+    if spec.reduce == eo.Reduce.NONE:
+        outs, rows = pk.head_compute_forward(*args, heads=heads, num_edges=spec.num_edges, interpret=interpret,
+                                             out_dtype=msgs[0].dtype), spec.num_edges
+    else:
+        outs, rows = pk.head_reduce_forward(*args, heads=heads, interpret=interpret, out_dtype=msgs[0].dtype), n
+    return [out.reshape((rows,) + m.shape[1:]) for out, m in zip(outs, msgs, strict=True)]
+
+
+def _per_head(x, shared: bool, heads: int):
+    """An operand as the per-head kernels take it: ``[rows, H]`` or ``[rows, H, Dk]`` (a scalar per row
+    broadcast)."""
+    rows = 1 if shared else x.shape[0]
+    trailing = _squeezed(x.shape if shared else x.shape[1:])
+    x = jnp.reshape(x, (rows,) + trailing)
+    return jnp.broadcast_to(x[:, None], (rows, heads)) if not trailing else \
+        jnp.reshape(x, (rows,) + _kernel_trailing(trailing, heads))
+
+
+def _as_traced(tile, shape, heads: int):
+    """A kernel tile with the rank the region was traced with (unit axes put back; a per-row scalar is its
+    first column; with one head the head axis goes)."""
+    core = _first_column(tile) if heads == 1 or not _squeezed(shape) else tile
+    dims = iter(core.shape[1:])
+    return jnp.reshape(core, (core.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
+
+
+def _first_row(tile):
+    """The one value of a shared operand's tile, which the kernel broadcast along the slots: a max over them
+    (equal values; Triton has no static slice)."""
+    if tile.dtype == jnp.bool_:
+        return jnp.max(jnp.where(tile, 1, 0), axis=0) > 0
+    return jnp.max(tile, axis=0)
 
 
 def _first_column(tile):
