@@ -181,9 +181,13 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
             return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(msgs[0].dtype))}
         return None
     lanes = _lanewise(spec, region, operand_avals, msgs)
-    if lanes is None or _head_tiles(spec, operand_avals, msgs) is None:
+    if lanes is None:
         return None
-    return lanes
+    heads = _head_tiles(spec, operand_avals, msgs)
+    if heads is None:
+        return None
+    # a per-head function (attention's backward) says why the per-head kernels do not take it
+    return lanes if heads[0] == Reason.NOT_LANEWISE else heads
 
 
 def _lanewise(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals, msgs) -> tuple[Reason, dict] | None:
