@@ -115,6 +115,24 @@ def _heads(score_aval) -> int | None:
     return squeezed[0] if len(squeezed) == 1 else 1 if not squeezed else None
 
 
+def split_heads(region: ef.RegionFn, heads: int) -> dict[int, tuple[int, int]]:
+    """Row inputs ``[*, H·Dk]`` that the region only reshapes to ``[*, H, Dk]`` (unit axes aside; RGAT's values
+    per relation): input position -> ``(H, Dk)``. The attention kernel takes them as ``[*, H, Dk]`` operands and
+    the reshape as given."""
+    found = {}
+    for k, (v, whole) in enumerate(zip(region.inputs, region.whole, strict=True)):
+        uses = [op for op in region.ops if any(a is v for a in op.inputs)]
+        trailing = _squeezed(v.shape[1:]) if not whole else None
+        if whole or len(trailing) != 1 or not uses or any(op.prim is not lax.reshape_p for op in uses):
+            continue
+        outs = {_squeezed(op.outputs[0].shape[1:]) for op in uses}
+        if len(outs) == 1:
+            (out,) = outs
+            if len(out) == 2 and out[0] == heads and out[0] * out[1] == trailing[0]:
+                found[k] = out
+    return found
+
+
 def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | None:
     """None when the attention kernel can evaluate ``region`` on its padded tiles: scores from elementwise ops and
     sums over the last axis that zero padding cannot change, values a product of one ``[*, H, D]`` operand with
@@ -122,6 +140,7 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
     scores, msg = region.outputs
     score_ops = _cone(region, scores)
     inputs = {v.id for v in region.inputs}
+    split = {region.inputs[k].id: t for k, t in split_heads(region, heads).items()}
     made_by = {v.id: op for op in region.ops for v in op.outputs}
     values = []
 
@@ -129,7 +148,7 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
         if isinstance(a, ir.Const):
             return True
         if a.id in inputs:
-            kernel = _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
+            kernel = split.get(a.id) or _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
             if kernel is not None and len(kernel) == 2:
                 values.append(a)
             return kernel is not None
@@ -173,9 +192,10 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
         why = attention_fits(region, heads)
         if why is not None:
             return why
-        for a, g in zip(operand_avals, spec.groups, strict=True):
+        split = split_heads(region, heads)
+        for k, (a, g) in enumerate(zip(operand_avals, spec.groups, strict=True)):
             trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
-            if _kernel_trailing(trailing, heads) is None:
+            if k not in split and _kernel_trailing(trailing, heads) is None:
                 return Reason.NOT_LANEWISE, {"prim": f"attention operand of trailing shape {trailing}"}
         if any(np.dtype(m.dtype) not in _FLOAT for m in msgs):
             return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(msgs[0].dtype))}
@@ -222,16 +242,16 @@ def _head_tiles(spec: eo.EdgeSpec, operand_avals, msgs) -> tuple[Reason, dict] |
     `SoftmaxVjp`)."""
     if spec.reduce not in (eo.Reduce.SUM, eo.Reduce.NONE):
         return Reason.NOT_LANEWISE, {"prim": f"a per-head {spec.reduce.value}"}
-    heads = {_message_heads(m) for m in msgs}
-    if len(heads) != 1 or None in heads:
+    heads = _messages_heads(msgs)
+    if heads is None:
         return Reason.NOT_LANEWISE, {"prim": f"per-head messages of shapes {[m.shape[1:] for m in msgs]}"}
-    (heads,) = heads
     sizes = [d for m in msgs for d in _squeezed(m.shape[1:])]
-    for a, g in zip(operand_avals, spec.groups, strict=True):
+    split = _split_operands(spec, heads)
+    for k, (a, g) in enumerate(zip(operand_avals, spec.groups, strict=True)):
         if np.dtype(a.dtype) not in _FLOAT | {np.dtype(np.bool_)}:
             return Reason.UNSUPPORTED_DTYPE, {"dtype": f"{np.dtype(a.dtype)} in a per-head function"}
         trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
-        kernel = _kernel_trailing(trailing, heads)
+        kernel = split.get(k) or _kernel_trailing(trailing, heads)
         if kernel is None:
             return Reason.NOT_LANEWISE, {"prim": f"per-head operand of trailing shape {trailing}"}
         sizes.extend(kernel)
@@ -242,10 +262,27 @@ def _head_tiles(spec: eo.EdgeSpec, operand_avals, msgs) -> tuple[Reason, dict] |
     return None
 
 
+def _split_operands(spec: eo.EdgeSpec, heads: int) -> dict[int, tuple[int, int]]:
+    """`split_heads` of the base region, as operand positions of a derived function (whose first operands are
+    its base's)."""
+    region = _base_region(spec.fn)
+    return {} if region is None else split_heads(region, heads)
+
+
 def _message_heads(msg) -> int | None:
     """``H`` of ``[E, H]`` or ``[E, H, D]`` messages (unit axes aside)."""
     squeezed = _squeezed(msg.shape[1:])
     return squeezed[0] if 1 <= len(squeezed) <= 2 else None
+
+
+def _messages_heads(msgs) -> int | None:
+    """The head count of several per-head messages: the smallest leading size, which every message's size must be
+    a multiple of (a flat ``[E, H·D]`` cotangent of RGAT's values goes to the kernel as ``[E, H, D]``)."""
+    firsts = [_message_heads(m) for m in msgs]
+    if None in firsts:
+        return None
+    heads = min(firsts)
+    return heads if all(math.prod(m.shape[1:]) % heads == 0 for m in msgs) else None
 
 
 def kernel_params(spec: eo.EdgeSpec, operand_avals) -> tuple:
@@ -366,7 +403,16 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     traced = [tuple(v.shape) if w and (not v.ndim or v.shape[0] != 1) else tuple(v.shape[1:])
               for v, w in zip(region.inputs, region.whole, strict=True)]
 
-    per_head = lambda k: _per_head(operands[k], spec.groups[k] == Group.SHARED, heads)
+    split = split_heads(region, heads)
+    for k, t in split.items():
+        traced[k] = t  # the tile is [B, H, Dk]; the region's reshape of it is taken as given, below
+    split_ids = {region.inputs[k].id for k in split}
+
+    def per_head(k):
+        if k in split:
+            return jnp.reshape(operands[k], (operands[k].shape[0],) + split[k])
+        return _per_head(operands[k], spec.groups[k] == Group.SHARED, heads)
+
     as_traced = lambda tile, shape: _as_traced(tile, shape, heads)
 
     def edge_fn(col, row, edge, shared):
@@ -375,6 +421,9 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
         env = {v.id: t for v, t in zip(region.inputs, tiles, strict=True)}
         read = lambda a: a.value if isinstance(a, ir.Const) else env[a.id]
         for op in region.ops:
+            if op.prim is lax.reshape_p and isinstance(op.inputs[0], ir.Value) and op.inputs[0].id in split_ids:
+                env[op.outputs[0].id] = as_traced(read(op.inputs[0]), op.outputs[0].shape[1:])
+                continue
             env[op.outputs[0].id] = _tile_op(op, [read(a) for a in op.inputs], block)
         scores, values = (read(a) for a in region.outputs)
         scores = jnp.reshape(scores, (block, -1))
@@ -395,10 +444,13 @@ def _per_head_op(spec, operands, place, slots, col_group, row_group, csr, n, msg
     shaped back to its operands' own shapes."""
     import pallas_kernels as pk
 
-    heads = _message_heads(msgs[0])
+    heads = _messages_heads(msgs)
+    split = _split_operands(spec, heads)
 
     def operand(tile, k):
         x = operands[k]
+        if k in split:  # [B, H, Dk] back to the flat rows the region reshapes
+            return jnp.reshape(tile, (tile.shape[0],) + x.shape[1:])
         if spec.groups[k] == Group.SHARED:
             return jnp.reshape(_first_row(_as_traced(tile, x.shape, heads)), x.shape)
         return _as_traced(tile, x.shape[1:], heads)
@@ -407,7 +459,9 @@ def _per_head_op(spec, operands, place, slots, col_group, row_group, csr, n, msg
         ys = spec.fn.apply([operand(t, k) for k, t in enumerate(place(col, row, edge, shared))])
         return tuple(jnp.reshape(y, (y.shape[0], heads, -1)) for y in ys)
 
-    pick = lambda g: tuple(_per_head(operands[k], g == Group.SHARED, heads) for k in slots[g])
+    per_head = lambda k: jnp.reshape(operands[k], (operands[k].shape[0],) + split[k]) if k in split else \
+        _per_head(operands[k], spec.groups[k] == Group.SHARED, heads)
+    pick = lambda g: tuple(per_head(k) for k in slots[g])
     args = (edge_fn, pick(col_group), pick(row_group), pick(Group.EDGE), pick(Group.SHARED), csr)
     if spec.reduce == eo.Reduce.NONE:
         outs, rows = pk.head_compute_forward(*args, heads=heads, num_edges=spec.num_edges, interpret=interpret,
