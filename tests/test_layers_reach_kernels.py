@@ -22,8 +22,8 @@ TOL = {jnp.float32: dict(rtol=2e-5, atol=2e-5), jnp.float64: dict(rtol=1e-12, at
 
 
 def lowered_choices(monkeypatch, fn, *args) -> list[tuple[str, bool, str, Reason]]:
-    """(reduction, hits, impl, reason) of every edge op on a kernel backend that lowering ``jax.jit(fn)`` decides, derived ops (JVPs,
-    transposes) included: `explain` reports the forward program's ops only."""
+    """(reduction, hits, impl, reason) of every edge op on a kernel backend that lowering ``jax.jit(fn)``
+    decides, derived ops (JVPs, transposes) included: `explain` reports the forward program's ops only."""
     seen = []
 
     def record(spec, avals, decide=lowering.decide):
