@@ -35,13 +35,16 @@ def _prepare(edge_fn: Callable, col, row, edge, shared, csr: CSR, heads: int, wh
     groups = tuple(tuple(g) for g in (col, row, edge, shared))
     arrays = [x for g in groups for x in g]
     compute = _dtypes.compute_dtype(arrays, integers=False, what=what)
-    one = tuple(tuple(jax.ShapeDtypeStruct((1, heads) + x.shape[2:], compute) for x in g) for g in groups)
+    # int32 operands (ids, seeds an edge function hashes) arrive exactly, as int32 tiles
+    one = tuple(tuple(jax.ShapeDtypeStruct((1, heads) + x.shape[2:], jnp.int32 if x.dtype == jnp.int32 else compute)
+                      for x in g) for g in groups)
     outs = jax.eval_shape(edge_fn, *one)
     if not isinstance(outs, tuple) or any(v.ndim != 3 or v.shape[:2] != (1, heads) for v in outs):
         raise ValueError(f"{what}: edge_fn must return a tuple of [B, H, D] values with H={heads}; got "
                          f"{jax.tree.map(lambda v: v.shape, outs)}")
     dims = tuple(v.shape[2] for v in outs)
-    plan = wk.make_plan(groups, csr, axis=heads, extra=[(heads, d) for d in dims], split=False, compute=compute)
+    plan = wk.make_plan(groups, csr, axis=heads, extra=[(heads, d) for d in dims], split=False, compute=compute,
+                        exact_integers=True)
 
     def body_values(c, r, e, s):
         return tuple(jnp.broadcast_to(jnp.asarray(v).astype(compute), (plan.block,) + plan.tile((heads, d)))
@@ -59,7 +62,8 @@ def head_reduce_forward(edge_fn: Callable, col, row, edge, shared, csr: CSR, *, 
       edge_fn: ``(col, row, edge, shared) -> ([B, H, D_1], ...)`` on tuples of ``[B, H]`` / ``[B, H, Dk]``
         tiles in the compute dtype.
       col, row, edge, shared: tuples of ``[*, H]`` / ``[*, H, Dk]`` operands (``shared`` with one row).
-      heads: ``H``; out_dtype: the outputs' dtype (default: the operands' result dtype).
+      heads: ``H``; out_dtype: the outputs' dtype (default: the operands' result dtype). int32 operands
+        reach ``edge_fn`` as int32 tiles.
     """
     groups, plan, dims, body_values, out_dtype = _prepare(edge_fn, col, row, edge, shared, csr, heads,
                                                           "head_reduce", out_dtype)

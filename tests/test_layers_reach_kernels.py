@@ -184,3 +184,27 @@ def test_typed_attention_layers_on_kernels_match_reference(name, monkeypatch):
         attention_backward = {(impl, code) for reduce, _, impl, code in choices if reduce in ("sum", "none")}
         assert ("kernel", Reason.LOWER_KERNEL) in attention_backward
         assert ("segment", Reason.NOT_ZERO_PADDING_SAFE) not in attention_backward
+
+
+@pytest.mark.slow
+def test_gat_attention_dropout_on_kernels_matches_reference(monkeypatch):
+    """Attention dropout is a counter hash of (seed, edge id, head) in the reference program itself
+    (`pallas_kernels.edge_dropout_keep`), so the kernels, which load the int32 ids and seed exactly and evaluate
+    the same hash, give the reference's mask bit for bit: forward and gradient equal, and every attention op,
+    forward and backward, is on a kernel."""
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 14, 50, 5, isolated=2, hub=10, duplicates=6)
+    layout = GraphLayout.from_graph(graph, self_loops=True)
+    kernel, reference = (_attention_layer("gat", b, attention_dropout=0.4) for b in ("pallas_interpret",
+                                                                                       "reference"))
+    variables = reference.init(jax.random.key(0), graph, layout=layout)
+    apply = dict(deterministic=False, rngs={"dropout": jax.random.key(7)})
+    fk, fr = (_layer_loss(m, variables, graph, layout, **apply) for m in (kernel, reference))
+    h, tol = graph.nodes["h"], TOL[jnp.float32]
+    no_drop = _layer_loss(reference, variables, graph, layout)
+    assert not np.allclose(fr(h), no_drop(h), **tol)  # the mask drops something
+    np.testing.assert_allclose(fk(h), fr(h), **tol)
+    np.testing.assert_allclose(jax.grad(fk)(h), jax.grad(fr)(h), **tol)
+    choices = lowered_choices(monkeypatch, jax.grad(fk), h)
+    assert ("softmax", False, "kernel", Reason.LOWER_KERNEL) in choices
+    assert {(impl, code) for reduce, _, impl, code in choices if reduce == "sum"} == {("kernel", Reason.LOWER_KERNEL)}

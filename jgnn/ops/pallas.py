@@ -155,11 +155,27 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
         op = made_by[a.id]
         if op.prim is lax.mul_p:
             return all(walk(x) for x in op.inputs)
+        if factor(a):
+            return True
         if op.prim is lax.broadcast_in_dim_p and isinstance(op.inputs[0], ir.Const):
             return True
         if op.prim in _UNIT_SHAPE:
             return walk(op.inputs[0])
         return False
+
+    def factor(a) -> bool:
+        """A per-head factor computed by elementwise ops from per-row and per-head inputs (attention dropout's
+        hash of the edge id, the seed and the head): any value over heads, whatever it computes."""
+        if isinstance(a, ir.Const):
+            return True
+        if a.id in inputs:
+            kernel = _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
+            return kernel is not None and len(kernel) == 1
+        op = made_by[a.id]
+        if not (facts.is_elementwise(op.prim) or op.prim in _UNIT_SHAPE) or op.prim.multiple_results:
+            return False
+        per_head = _kernel_trailing(_squeezed(a.shape[1:]), heads)
+        return per_head is not None and len(per_head) == 1 and all(factor(x) for x in op.inputs)
 
     kernel = _kernel_trailing(_squeezed(msg.shape[1:]), heads)
     if not walk(msg) or len(values) != 1 or kernel is None or len(kernel) != 2:
@@ -248,7 +264,7 @@ def _head_tiles(spec: eo.EdgeSpec, operand_avals, msgs) -> tuple[Reason, dict] |
     sizes = [d for m in msgs for d in _squeezed(m.shape[1:])]
     split = _split_operands(spec, heads)
     for k, (a, g) in enumerate(zip(operand_avals, spec.groups, strict=True)):
-        if np.dtype(a.dtype) not in _FLOAT | {np.dtype(np.bool_)}:
+        if np.dtype(a.dtype) not in _KERNEL_DTYPES:
             return Reason.UNSUPPORTED_DTYPE, {"dtype": f"{np.dtype(a.dtype)} in a per-head function"}
         trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
         kernel = split.get(k) or _kernel_trailing(trailing, heads)
@@ -433,7 +449,7 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     pick = lambda g: tuple(per_head(k) for k in slots[g])
     out, m, l = pk.attention_forward(edge_fn, pick(col_group), pick(row_group), pick(Group.EDGE),
                                      pick(Group.SHARED), csr, heads=heads, interpret=interpret,
-                                     out_dtype=jnp.result_type(msgs[0].dtype, msgs[1].dtype))
+                                     out_dtype=jnp.result_type(msgs[0].dtype, msgs[1].dtype), exact_integers=True)
     stat = eo.accumulation_dtype(msgs[0].dtype)
     return [out.reshape((n,) + msgs[1].shape[1:]), m.reshape((n,) + msgs[0].shape[1:]).astype(stat),
             l.reshape((n,) + msgs[0].shape[1:]).astype(stat)]
