@@ -9,7 +9,11 @@ case `jgnn.ops.lowering` runs it on XLA:
   ``EdgeFn.apply(lanes=True)``);
 * the attention kernel (softmax-weighted sums): operands are ``[*, H]`` or ``[*, H, Dk]`` tiles zero-padded to
   powers of two; the scores are elementwise ops plus sums over the last axis that zero padding cannot change, and
-  the values are one ``[*, H, D]`` operand times per-head factors (``α[..., None] * v``, dropout masks).
+  the values are one ``[*, H, D]`` operand (or a flat ``[*, H·D]`` one the region reshapes, `split_heads`) times
+  per-head factors (``α[..., None] * v``, dropout masks hashed from int32 ids, which load exactly);
+* the per-head kernels (sums and per-edge ops that are not lane-wise: attention's backward, `SoftmaxRowDot` and
+  `SoftmaxVjp`): the same tiles with the whole head axis in one program, and every size a power of two, so the
+  edge function runs on exactly the shapes it was traced with.
 
 Groups map to the kernels' operands by the walk: over destinations (the forward CSR) source operands are the
 ``col`` rows and destination operands the ``row``; over sources (the reverse CSR) the roles swap.
