@@ -1,7 +1,8 @@
 """Pallas (Triton) GNN kernels for jgnn: fused gather/reduce, edge-softmax attention, SDDMM, typed matmul.
 
 Forward entry points (what jgnn's primitives lower to; derivatives are other calls of the same kernels):
-:func:`gather_reduce_forward`, :func:`gather_compute_forward`, :func:`attention_forward`, each with a pure-jnp
+:func:`gather_reduce_forward`, :func:`gather_compute_forward`, :func:`attention_forward` (and the per-head
+:func:`head_reduce_forward`, :func:`head_compute_forward` that attention's backward runs), each with a pure-jnp
 ``*_reference`` that defines its semantics. Differentiable wrappers with custom VJPs for standalone use:
 :func:`gather_reduce`, :func:`gather_compute`, :func:`attention_aggregate`, :func:`typed_matmul`.
 :func:`describe_schedule` reports how a kernel would walk a CSR (computed on the host, no kernel runs).
@@ -30,6 +31,7 @@ from pallas_kernels.gather_reduce import (
     gather_reduce_forward_reference,
     gather_reduce_reference,
 )
+from pallas_kernels.head_reduce import head_compute_forward, head_reduce_forward
 from pallas_kernels.typed_matmul import AUTO_IMPL, AUTO_IMPL_REASON, typed_matmul, typed_matmul_reference
 
 __all__ = [
@@ -37,5 +39,6 @@ __all__ = [
     "attention_forward", "attention_forward_reference", "build_csr_jax", "build_csr_numpy", "compat",
     "edge_dropout_keep", "gather_compute", "gather_compute_forward", "gather_compute_forward_reference",
     "gather_compute_reference", "gather_reduce", "gather_reduce_forward", "gather_reduce_forward_reference",
-    "gather_reduce_reference", "typed_matmul", "typed_matmul_reference",
+    "gather_reduce_reference", "head_compute_forward", "head_reduce_forward", "typed_matmul",
+    "typed_matmul_reference",
 ]

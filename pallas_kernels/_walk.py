@@ -48,6 +48,11 @@ class Plan(NamedTuple):
     num_warps: int
     num_stages: int
     compute: np.dtype
+    exact: tuple[tuple[bool, ...], ...] = ()  # per group and operand: an int32 operand loaded as int32
+
+    def dtype(self, group: int, k: int) -> np.dtype:
+        """The dtype operand ``k`` of ``group`` reaches the body in: int32 when loaded exactly, else compute."""
+        return np.dtype(np.int32) if self.exact and self.exact[group][k] else self.compute
 
     def tile(self, trailing: Sequence[int]) -> tuple[int, ...]:
         """Per-slot tile of a trailing shape in one program (size-1 split axes stay 1)."""
@@ -64,11 +69,12 @@ class Plan(NamedTuple):
 
 
 def make_plan(groups: Sequence[Sequence[jax.Array]], csr: CSR, *, axis: int, extra: Sequence[Sequence[int]] = (),
-              split: bool = True, compute) -> Plan:
+              split: bool = True, compute, exact_integers: bool = False) -> Plan:
     """Tiles for operands ``groups`` (col, row, edge, shared) whose split axis has size ``axis``.
 
     ``extra`` are trailing shapes of other per-slot tiles (e.g. attention values) that count toward the register
-    budget; ``split=False`` keeps the whole split axis in one program (bodies that reduce across it).
+    budget; ``split=False`` keeps the whole split axis in one program (bodies that reduce across it);
+    ``exact_integers`` loads int32 operands as int32 (bit patterns an edge function hashes), not in ``compute``.
     """
     shapes = tuple(tuple(tuple(x.shape[1:]) for x in g) for g in groups)
     trailing = [t for g in shapes for t in g] + [tuple(t) for t in extra]
@@ -83,8 +89,9 @@ def make_plan(groups: Sequence[Sequence[jax.Array]], csr: CSR, *, axis: int, ext
     block = _config.split_block(padded, rest) if split else padded
     cfg = _config.edge_block(block * rest)
     lanes = min(_config.segment_lanes(csr.num_rows), cfg.block_edges)
+    exact = tuple(tuple(exact_integers and np.dtype(x.dtype) == np.int32 for x in g) for g in groups)
     return Plan(shapes, axis, block, padded // block, cfg.block_edges, lanes, cfg.num_warps, cfg.num_stages,
-                np.dtype(compute))
+                np.dtype(compute), exact)
 
 
 class Ctx(NamedTuple):
@@ -128,7 +135,8 @@ def _struct(shape, dtype):
 
 
 def abstract_inputs(plan: Plan):
-    tiles = tuple(tuple(_struct((plan.block,) + plan.body_tile(t), plan.compute) for t in g) for g in plan.shapes)
+    tiles = tuple(tuple(_struct((plan.block,) + plan.body_tile(t), plan.dtype(i, k)) for k, t in enumerate(g))
+                  for i, g in enumerate(plan.shapes))
     b = plan.block
     ctx = Ctx(_struct((b, 1), jnp.int32), _struct((b, 1), jnp.bool_), _struct((), jnp.int32),
               _struct((), jnp.int32))
@@ -208,10 +216,10 @@ def _without_slots(plan, monoid, values, row_out, slot_out):
     return rows, tuple(jnp.zeros(s.shape, s.dtype) for s in slot_out)
 
 
-def _load_group(refs, shapes, ids, mask, plan: Plan, offset, n: int, *, interpret: bool) -> tuple:
+def _load_group(refs, group: int, ids, mask, plan: Plan, offset, n: int, *, interpret: bool) -> tuple:
     out = []
-    for ref, t in zip(refs, shapes, strict=True):
-        x = acc.gather_tile(ref, ids, mask, plan.tile(t), offset, interpret=interpret).astype(plan.compute)
+    for k, (ref, t) in enumerate(zip(refs, plan.shapes[group], strict=True)):
+        x = acc.gather_tile(ref, ids, mask, plan.tile(t), offset, interpret=interpret).astype(plan.dtype(group, k))
         out.append(jnp.broadcast_to(x, (n,) + plan.body_tile(t)))
     return tuple(out)
 
@@ -247,9 +255,9 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
         row_ids = acc.load_vector(seg_row, seg_lane, ok_lane, num_rows, interpret=interpret)
         row_ok = row_ids < num_rows
     first = start + lane % lanes
-    row_tiles = _load_group(row_op_refs, plan.shapes[1], row_ids, row_ok, plan, offset, big, interpret=interpret)
+    row_tiles = _load_group(row_op_refs, 1, row_ids, row_ok, plan, offset, big, interpret=interpret)
     zero = jnp.zeros((1, 1), jnp.int32)
-    shared_tiles = _load_group(shared_refs, plan.shapes[3], zero, zero == 0, plan, offset, big, interpret=interpret)
+    shared_tiles = _load_group(shared_refs, 3, zero, zero == 0, plan, offset, big, interpret=interpret)
     seed = acc.load_scalar(seed_ref, 0, interpret=interpret)
 
     def slot_ids(c):
@@ -261,8 +269,8 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
     def step(c, carry):
         state, (ok, col, eid) = carry
         upcoming = slot_ids(c + 1)  # prefetch: independent of this chunk's feature loads
-        col_tiles = _load_group(col_refs, plan.shapes[0], col, ok, plan, offset, big, interpret=interpret)
-        edge_tiles = _load_group(edge_refs, plan.shapes[2], eid, ok, plan, offset, big, interpret=interpret)
+        col_tiles = _load_group(col_refs, 0, col, ok, plan, offset, big, interpret=interpret)
+        edge_tiles = _load_group(edge_refs, 2, eid, ok, plan, offset, big, interpret=interpret)
         vals, slot_vals = body(col_tiles, row_tiles, edge_tiles, shared_tiles, Ctx(eid, ok, offset, seed))
         for ref, v in zip(slot_refs, slot_vals, strict=True):
             acc.scatter_tile(ref, eid, ok, v, offset, interpret=interpret)

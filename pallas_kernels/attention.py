@@ -107,9 +107,14 @@ def _groups(col, row, edge, shared):
     return tuple(tuple(g) for g in (col, row, edge, shared))
 
 
-def _value_dim(edge_fn, groups, heads: int, compute) -> int:
+def _slot_dtype(x, compute, exact_integers: bool):
+    return jnp.int32 if exact_integers and x.dtype == jnp.int32 else compute
+
+
+def _value_dim(edge_fn, groups, heads: int, compute, exact_integers: bool = False) -> int:
     """``D`` of ``edge_fn``'s values, from one unpadded slot (``edge_fn`` is elementwise over heads)."""
-    tiles = tuple(tuple(jax.ShapeDtypeStruct((1, heads) + x.shape[2:], compute) for x in g) for g in groups)
+    tiles = tuple(tuple(jax.ShapeDtypeStruct((1, heads) + x.shape[2:], _slot_dtype(x, compute, exact_integers))
+                        for x in g) for g in groups)
     scores, values = jax.eval_shape(edge_fn, *tiles)
     fits = len(scores.shape) <= 2 and all(d in (1, t) for d, t in zip(scores.shape[::-1], (heads, 1), strict=False))
     if values.ndim != 3 or values.shape[:2] != (1, heads) or not fits:
@@ -119,7 +124,7 @@ def _value_dim(edge_fn, groups, heads: int, compute) -> int:
 
 
 def attention_forward(edge_fn: Callable, col, row, edge, shared, csr: CSR, *, heads: int, dropout_rate: float = 0.0,
-                      dropout_seed=None, interpret: bool = False, out_dtype=None):
+                      dropout_seed=None, interpret: bool = False, out_dtype=None, exact_integers: bool = False):
     """``(out [R, H, D], m [R, H], l [R, H])`` of the module docstring's formula (forward only).
 
     Args:
@@ -130,13 +135,16 @@ def attention_forward(edge_fn: Callable, col, row, edge, shared, csr: CSR, *, he
       dropout_rate: static rate in [0, 1); ``dropout_seed`` an int32 scalar (traced is fine).
       out_dtype: dtype of ``out`` (default: the operands' result dtype); ``m`` and ``l`` are in the compute
         dtype (float32, or float64 with a float64 operand).
+      exact_integers: int32 operands reach ``edge_fn`` as int32 tiles (e.g. ids and seeds it hashes), not in the
+        compute dtype.
     """
     _check(dropout_rate, dropout_seed)
     groups = _groups(col, row, edge, shared)
     arrays = [x for g in groups for x in g]
     compute = _dtypes.compute_dtype(arrays, integers=False, what="attention")
-    dim = _value_dim(edge_fn, groups, heads, compute)
-    plan = wk.make_plan(groups, csr, axis=heads, extra=[(heads, dim)], compute=compute)
+    dim = _value_dim(edge_fn, groups, heads, compute, exact_integers)
+    plan = wk.make_plan(groups, csr, axis=heads, extra=[(heads, dim)], compute=compute,
+                        exact_integers=exact_integers)
     dp = plan.tile((heads, dim))[1]
     rate = float(dropout_rate)
 

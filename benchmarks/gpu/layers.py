@@ -24,20 +24,27 @@ from jgnn.layout import GraphLayout
 
 # layer case -> {Triton kernel name prefix: the fewest calls of it the training step must make}.
 # This is what "every layer reaches its kernels on GPU" means (issue 14); update it as kernels are renamed,
-# split or merged. A prefix counts every kernel whose name starts with it.
+# split or merged. A prefix counts every kernel whose name starts with it. The kernels are jgnn's forward
+# entry points (`gnn_gather_reduce_<kind>`, `gnn_gather_compute`, `gnn_attention`, `gnn_head_reduce_sum`,
+# `gnn_head_compute`, each with a `_combine` for split hub rows); a backward pass is more calls of them, since a
+# transpose is another edge op: the cotangent of a sum over destinations is a `gnn_gather_reduce_sum` over
+# sources, a per-edge cotangent (typed matmul's edge rows) a `gnn_gather_compute`, max/min's tie mask a
+# `gnn_gather_compute` beside the max/min, and attention's transpose (`SoftmaxRowDot` for the row sums,
+# `SoftmaxVjp` per operand group) per-head walks, `gnn_head_reduce_sum` (and `gnn_head_compute` for per-edge
+# operands such as HGT's typed keys).
 EXPECTED_KERNELS: dict[str, dict[str, int]] = {
-    "gcn": {"gnn_gather_reduce_sum": 1, "gnn_edge_fn_bwd": 1},
-    "gat": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
-    "gat_attention_dropout": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
-    "gatv2": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
-    "sage_mean": {"gnn_gather_reduce": 1, "gnn_edge_fn_bwd": 1},
-    "sage_max": {"gnn_gather_reduce_max": 1, "gnn_edge_fn_bwd": 1},
-    "sage_min": {"gnn_gather_reduce_min": 1, "gnn_edge_fn_bwd": 1},
-    "gin": {"gnn_gather_reduce_sum": 1, "gnn_edge_fn_bwd": 1},
-    "edgeconv": {"gnn_gather_reduce_max": 1, "gnn_edge_fn_bwd": 1},
-    "rgcn": {"gnn_gather_reduce": 1, "gnn_edge_fn_bwd": 1},
-    "rgat": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
-    "hgt": {"gnn_attention_fwd": 1, "gnn_attention_bwd": 1},
+    "gcn": {"gnn_gather_reduce_sum": 2},
+    "gat": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "gat_attention_dropout": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "gatv2": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "sage_mean": {"gnn_gather_reduce_mean": 1, "gnn_gather_reduce_sum": 1},
+    "sage_max": {"gnn_gather_reduce_max": 1, "gnn_gather_compute": 1, "gnn_gather_reduce_sum": 1},
+    "sage_min": {"gnn_gather_reduce_min": 1, "gnn_gather_compute": 1, "gnn_gather_reduce_sum": 1},
+    "gin": {"gnn_gather_reduce_sum": 2},
+    "edgeconv": {"gnn_gather_reduce_max": 1, "gnn_gather_compute": 2},
+    "rgcn": {"gnn_gather_reduce_sum": 1, "gnn_gather_compute": 1},
+    "rgat": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "hgt": {"gnn_attention": 1, "gnn_head_reduce_sum": 2, "gnn_head_compute": 1},
 }
 
 N, E, F = 64, 256, 64  # nodes, edges, feature width in and out (attention: 8 heads x 8)
@@ -55,14 +62,15 @@ class LayerSpec:
     make: Callable[[str], nn.Module]  # backend -> module
     typed: bool = False
     train: bool = False  # deterministic=False: dropout on (needs the "dropout" rng)
+    self_loops: bool = False  # the layer appends a self-loop per node: its layout must hold them
 
 
 LAYERS: dict[str, LayerSpec] = {
-    "gcn": LayerSpec(lambda b: gnn.GCNConv(F, backend=b)),
-    "gat": LayerSpec(lambda b: gnn.GATConv(8, num_heads=8, backend=b)),
+    "gcn": LayerSpec(lambda b: gnn.GCNConv(F, backend=b), self_loops=True),
+    "gat": LayerSpec(lambda b: gnn.GATConv(8, num_heads=8, backend=b), self_loops=True),
     "gat_attention_dropout": LayerSpec(lambda b: gnn.GATConv(8, num_heads=8, attention_dropout=0.2, backend=b),
-                                       train=True),
-    "gatv2": LayerSpec(lambda b: gnn.GATv2Conv(8, num_heads=8, backend=b)),
+                                       train=True, self_loops=True),
+    "gatv2": LayerSpec(lambda b: gnn.GATv2Conv(8, num_heads=8, backend=b), self_loops=True),
     "sage_mean": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="mean", backend=b)),
     "sage_max": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="max", backend=b)),
     "sage_min": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="min", backend=b)),
@@ -79,8 +87,10 @@ def _graph(typed: bool) -> jraph.GraphsTuple:
     nodes = {"h": jnp.asarray(rng.normal(size=(N, F)), jnp.float32)}
     edges = None
     if typed:
-        nodes["type"] = jnp.asarray(rng.integers(0, NODE_TYPES, N), jnp.int32)
-        edges = {"type": jnp.asarray(rng.integers(0, EDGE_TYPES, E), jnp.int32)}
+        # Types as host arrays: layers range-check concrete types with numpy, which a jax array closed over by a
+        # traced step is not.
+        nodes["type"] = rng.integers(0, NODE_TYPES, N).astype(np.int32)
+        edges = {"type": rng.integers(0, EDGE_TYPES, E).astype(np.int32)}
     return jraph.GraphsTuple(nodes=nodes, edges=edges, senders=jnp.asarray(rng.integers(0, N, E), jnp.int32),
                              receivers=jnp.asarray(rng.integers(0, N, E), jnp.int32), n_node=jnp.array([N]),
                              n_edge=jnp.array([E]), globals=None)
@@ -88,7 +98,8 @@ def _graph(typed: bool) -> jraph.GraphsTuple:
 
 def _train_step(spec: LayerSpec) -> Step:
     module, graph = spec.make("pallas"), _graph(spec.typed)
-    layout = GraphLayout.from_graph(graph)  # built once on the host, as a training loop would
+    # built once on the host, as a training loop would
+    layout = GraphLayout.from_graph(graph, self_loops=spec.self_loops)
     rngs = lambda seed: {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)}
     params = jax.eval_shape(lambda: module.init(rngs(0), graph, layout=layout, deterministic=not spec.train))
 

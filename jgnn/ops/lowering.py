@@ -82,7 +82,7 @@ def decide(spec: eo.EdgeSpec, operand_avals) -> Choice:
 
         why = pallas.eligible(spec, operand_avals)
         if why is None:
-            return Choice("kernel", 0, Reason.LOWER_KERNEL, ())
+            return Choice("kernel", 0, Reason.LOWER_KERNEL, pallas.kernel_params(spec, operand_avals))
         xla = decide(spec.replace(backend="xla"), operand_avals)
         return Choice(xla.impl, xla.block, why[0], tuple(sorted(why[1].items())))
     budget = temp_budget()

@@ -9,7 +9,11 @@ case `jgnn.ops.lowering` runs it on XLA:
   ``EdgeFn.apply(lanes=True)``);
 * the attention kernel (softmax-weighted sums): operands are ``[*, H]`` or ``[*, H, Dk]`` tiles zero-padded to
   powers of two; the scores are elementwise ops plus sums over the last axis that zero padding cannot change, and
-  the values are one ``[*, H, D]`` operand times per-head factors (``α[..., None] * v``, dropout masks).
+  the values are one ``[*, H, D]`` operand (or a flat ``[*, H·D]`` one the region reshapes, `split_heads`) times
+  per-head factors (``α[..., None] * v``, dropout masks hashed from int32 ids, which load exactly);
+* the per-head kernels (sums and per-edge ops that are not lane-wise: attention's backward, `SoftmaxRowDot` and
+  `SoftmaxVjp`): the same tiles with the whole head axis in one program, and every size a power of two, so the
+  edge function runs on exactly the shapes it was traced with.
 
 Groups map to the kernels' operands by the walk: over destinations (the forward CSR) source operands are the
 ``col`` rows and destination operands the ``row``; over sources (the reverse CSR) the roles swap.
@@ -115,6 +119,24 @@ def _heads(score_aval) -> int | None:
     return squeezed[0] if len(squeezed) == 1 else 1 if not squeezed else None
 
 
+def split_heads(region: ef.RegionFn, heads: int) -> dict[int, tuple[int, int]]:
+    """Row inputs ``[*, H·Dk]`` that the region only reshapes to ``[*, H, Dk]`` (unit axes aside; RGAT's values
+    per relation): input position -> ``(H, Dk)``. The attention kernel takes them as ``[*, H, Dk]`` operands and
+    the reshape as given."""
+    found = {}
+    for k, (v, whole) in enumerate(zip(region.inputs, region.whole, strict=True)):
+        uses = [op for op in region.ops if any(a is v for a in op.inputs)]
+        trailing = _squeezed(v.shape[1:]) if not whole else None
+        if whole or len(trailing) != 1 or not uses or any(op.prim is not lax.reshape_p for op in uses):
+            continue
+        outs = {_squeezed(op.outputs[0].shape[1:]) for op in uses}
+        if len(outs) == 1:
+            (out,) = outs
+            if len(out) == 2 and out[0] == heads and out[0] * out[1] == trailing[0]:
+                found[k] = out
+    return found
+
+
 def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | None:
     """None when the attention kernel can evaluate ``region`` on its padded tiles: scores from elementwise ops and
     sums over the last axis that zero padding cannot change, values a product of one ``[*, H, D]`` operand with
@@ -122,6 +144,7 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
     scores, msg = region.outputs
     score_ops = _cone(region, scores)
     inputs = {v.id for v in region.inputs}
+    split = {region.inputs[k].id: t for k, t in split_heads(region, heads).items()}
     made_by = {v.id: op for op in region.ops for v in op.outputs}
     values = []
 
@@ -129,18 +152,34 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
         if isinstance(a, ir.Const):
             return True
         if a.id in inputs:
-            kernel = _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
+            kernel = split.get(a.id) or _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
             if kernel is not None and len(kernel) == 2:
                 values.append(a)
             return kernel is not None
         op = made_by[a.id]
         if op.prim is lax.mul_p:
             return all(walk(x) for x in op.inputs)
+        if factor(a):
+            return True
         if op.prim is lax.broadcast_in_dim_p and isinstance(op.inputs[0], ir.Const):
             return True
         if op.prim in _UNIT_SHAPE:
             return walk(op.inputs[0])
         return False
+
+    def factor(a) -> bool:
+        """A per-head factor computed by elementwise ops from per-row and per-head inputs (attention dropout's
+        hash of the edge id, the seed and the head): any value over heads, whatever it computes."""
+        if isinstance(a, ir.Const):
+            return True
+        if a.id in inputs:
+            kernel = _kernel_trailing(_squeezed(a.shape[1:]) if a.ndim else (), heads)
+            return kernel is not None and len(kernel) == 1
+        op = made_by[a.id]
+        if not (facts.is_elementwise(op.prim) or op.prim in _UNIT_SHAPE) or op.prim.multiple_results:
+            return False
+        per_head = _kernel_trailing(_squeezed(a.shape[1:]), heads)
+        return per_head is not None and len(per_head) == 1 and all(factor(x) for x in op.inputs)
 
     kernel = _kernel_trailing(_squeezed(msg.shape[1:]), heads)
     if not walk(msg) or len(values) != 1 or kernel is None or len(kernel) != 2:
@@ -158,8 +197,8 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
     region = _base_region(spec.fn)
     if region is None or isinstance(spec.fn, ef.Batched | ef.PyFn):
         return Reason.NOT_LANEWISE, {"prim": "a derived or batched edge function"}
-    if spec.over == Group.ALL or spec.hits:
-        return Reason.NOT_LANEWISE, {"prim": "shared cotangent" if spec.over == Group.ALL else "extremum mask"}
+    if spec.over == Group.ALL:
+        return Reason.NOT_LANEWISE, {"prim": "shared cotangent"}
     for a in operand_avals:
         if np.dtype(a.dtype) not in _KERNEL_DTYPES:
             return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(a.dtype))}
@@ -173,13 +212,26 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
         why = attention_fits(region, heads)
         if why is not None:
             return why
-        for a, g in zip(operand_avals, spec.groups, strict=True):
+        split = split_heads(region, heads)
+        for k, (a, g) in enumerate(zip(operand_avals, spec.groups, strict=True)):
             trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
-            if _kernel_trailing(trailing, heads) is None:
+            if k not in split and _kernel_trailing(trailing, heads) is None:
                 return Reason.NOT_LANEWISE, {"prim": f"attention operand of trailing shape {trailing}"}
         if any(np.dtype(m.dtype) not in _FLOAT for m in msgs):
             return Reason.UNSUPPORTED_DTYPE, {"dtype": str(np.dtype(msgs[0].dtype))}
         return None
+    lanes = _lanewise(spec, region, operand_avals, msgs)
+    if lanes is None:
+        return None
+    heads = _head_tiles(spec, operand_avals, msgs)
+    if heads is None:
+        return None
+    # a per-head function (attention's backward) says why the per-head kernels do not take it
+    return lanes if heads[0] == Reason.NOT_LANEWISE else heads
+
+
+def _lanewise(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals, msgs) -> tuple[Reason, dict] | None:
+    """None when the lane-wise gather kernels can run ``spec`` (a reduction or per-edge op, not softmax)."""
     for op in region.ops:
         if not _lane_op(op, region) or op.prim.multiple_results or op.prim in compat.CUSTOM_CALLS:
             return Reason.NOT_LANEWISE, {"prim": op.name}
@@ -196,6 +248,70 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
     if len(msgs) != 1:
         return Reason.NOT_LANEWISE, {"prim": "several messages"}
     return None
+
+
+def _is_pow2(d: int) -> bool:
+    return d > 0 and d & (d - 1) == 0
+
+
+def _head_tiles(spec: eo.EdgeSpec, operand_avals, msgs) -> tuple[Reason, dict] | None:
+    """None when the per-head kernels (`pallas_kernels.head_reduce`) can run ``spec``: a sum or per-edge op whose
+    one message is ``[E, H]`` or ``[E, H, D]`` and whose operands are per row, per head or ``[*, H, Dk]`` (unit
+    axes aside), with every size a power of two, so that the kernel's tiles have no padding lanes and the edge
+    function runs on exactly the shapes it was traced with (attention's backward: `SoftmaxRowDot`,
+    `SoftmaxVjp`)."""
+    if spec.reduce not in (eo.Reduce.SUM, eo.Reduce.NONE):
+        return Reason.NOT_LANEWISE, {"prim": f"a per-head {spec.reduce.value}"}
+    heads = _messages_heads(msgs)
+    if heads is None:
+        return Reason.NOT_LANEWISE, {"prim": f"per-head messages of shapes {[m.shape[1:] for m in msgs]}"}
+    sizes = [d for m in msgs for d in _squeezed(m.shape[1:])]
+    split = _split_operands(spec, heads)
+    for k, (a, g) in enumerate(zip(operand_avals, spec.groups, strict=True)):
+        if np.dtype(a.dtype) not in _KERNEL_DTYPES:
+            return Reason.UNSUPPORTED_DTYPE, {"dtype": f"{np.dtype(a.dtype)} in a per-head function"}
+        trailing = _squeezed(a.shape if g == Group.SHARED else a.shape[1:])
+        kernel = split.get(k) or _kernel_trailing(trailing, heads)
+        if kernel is None:
+            return Reason.NOT_LANEWISE, {"prim": f"per-head operand of trailing shape {trailing}"}
+        sizes.extend(kernel)
+    if any(np.dtype(m.dtype) not in _FLOAT for m in msgs) or len({np.dtype(m.dtype) for m in msgs}) != 1:
+        return Reason.UNSUPPORTED_DTYPE, {"dtype": ",".join(sorted({str(np.dtype(m.dtype)) for m in msgs}))}
+    if not all(map(_is_pow2, sizes)):
+        return Reason.NOT_ZERO_PADDING_SAFE, {"sizes": tuple(sorted(set(sizes)))}
+    return None
+
+
+def _split_operands(spec: eo.EdgeSpec, heads: int) -> dict[int, tuple[int, int]]:
+    """`split_heads` of the base region, as operand positions of a derived function (whose first operands are
+    its base's)."""
+    region = _base_region(spec.fn)
+    return {} if region is None else split_heads(region, heads)
+
+
+def _message_heads(msg) -> int | None:
+    """``H`` of ``[E, H]`` or ``[E, H, D]`` messages (unit axes aside)."""
+    squeezed = _squeezed(msg.shape[1:])
+    return squeezed[0] if 1 <= len(squeezed) <= 2 else None
+
+
+def _messages_heads(msgs) -> int | None:
+    """The head count of several per-head messages: the smallest leading size, which every message's size must be
+    a multiple of (a flat ``[E, H·D]`` cotangent of RGAT's values goes to the kernel as ``[E, H, D]``)."""
+    firsts = [_message_heads(m) for m in msgs]
+    if None in firsts:
+        return None
+    heads = min(firsts)
+    return heads if all(math.prod(m.shape[1:]) % heads == 0 for m in msgs) else None
+
+
+def kernel_params(spec: eo.EdgeSpec, operand_avals) -> tuple:
+    """The report parameters of an eligible op: which kernel family runs it."""
+    if spec.reduce == eo.Reduce.SOFTMAX:
+        return (("kernel", "attention"),)
+    region = _base_region(spec.fn)
+    msgs = eo.message_avals(spec, operand_avals)
+    return (("kernel", "lanes" if _lanewise(spec, region, operand_avals, msgs) is None else "heads"),)
 
 
 # ---- run --------------------------------------------------------------------------------------------------
@@ -249,6 +365,9 @@ def run(*args, spec: eo.EdgeSpec) -> list:
 
     if spec.reduce == eo.Reduce.SOFTMAX:
         return _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret)
+    if _lanewise(spec, _base_region(spec.fn), [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in operands],
+                 msgs) is not None:
+        return _per_head_op(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret)
 
     def edge_fn(col, row, edge, shared):
         (y,) = spec.fn.apply(place(col, row, edge, shared), lanes=True)
@@ -273,7 +392,25 @@ def run(*args, spec: eo.EdgeSpec) -> list:
     result = [jnp.broadcast_to(out, (n, width)).reshape((n,) + msg.shape[1:])]
     if kind == "mean":
         result.append((csr.indptr[1:] - csr.indptr[:-1]).astype(eo.count_dtype(msg.dtype)))
+    if spec.hits:
+        hits = _hits(spec, place, col, row, edge, shared, csr, out, interpret)
+        result.append(jnp.broadcast_to(hits != 0, (spec.num_edges, width))
+                      .reshape((spec.num_edges,) + msg.shape[1:]))
     return result
+
+
+def _hits(spec, place, col, row, edge, shared, csr, best, interpret):
+    """Per edge, whether its message attains its row's max/min (``best``, the gather kernel's ``[n, w]``): a
+    compute kernel over the same CSR that re-evaluates the edge function, with ``best`` as one more row operand,
+    and compares as the reference does (a NaN row has no hits; dropped edges have none)."""
+    import pallas_kernels as pk
+
+    def hit_fn(c, r, e, s):
+        (y,) = spec.fn.apply(place(c, r[:-1], e, s), lanes=True)
+        return jnp.where(y == r[-1].astype(y.dtype), 1, 0).astype(jnp.int32)
+
+    return pk.gather_compute_forward(hit_fn, col, row + (best,), edge, shared, csr, num_edges=spec.num_edges,
+                                     interpret=interpret, out_dtype=jnp.int32)
 
 
 def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret):
@@ -286,22 +423,17 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     traced = [tuple(v.shape) if w and (not v.ndim or v.shape[0] != 1) else tuple(v.shape[1:])
               for v, w in zip(region.inputs, region.whole, strict=True)]
 
-    def per_head(k):
-        """The operand as the kernel takes it: ``[rows, H]`` or ``[rows, H, Dk]`` (a scalar per row broadcast)."""
-        x = operands[k]
-        shared = spec.groups[k] == Group.SHARED
-        rows = 1 if shared else x.shape[0]
-        trailing = _squeezed(x.shape if shared else x.shape[1:])
-        x = jnp.reshape(x, (rows,) + trailing)
-        return jnp.broadcast_to(x[:, None], (rows, heads)) if not trailing else \
-            jnp.reshape(x, (rows,) + _kernel_trailing(trailing, heads))
+    split = split_heads(region, heads)
+    for k, t in split.items():
+        traced[k] = t  # the tile is [B, H, Dk]; the region's reshape of it is taken as given, below
+    split_ids = {region.inputs[k].id for k in split}
 
-    def as_traced(tile, shape):
-        """A kernel tile with the rank the region was traced with (unit axes put back; a per-row scalar is its
-        first column; with one head the head axis goes)."""
-        core = tile[:, 0] if heads == 1 or not _squeezed(shape) else tile
-        dims = iter(core.shape[1:])
-        return jnp.reshape(core, (core.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
+    def per_head(k):
+        if k in split:
+            return jnp.reshape(operands[k], (operands[k].shape[0],) + split[k])
+        return _per_head(operands[k], spec.groups[k] == Group.SHARED, heads)
+
+    as_traced = lambda tile, shape: _as_traced(tile, shape, heads)
 
     def edge_fn(col, row, edge, shared):
         tiles = [as_traced(t, shape) for t, shape in zip(place(col, row, edge, shared), traced, strict=True)]
@@ -309,6 +441,9 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
         env = {v.id: t for v, t in zip(region.inputs, tiles, strict=True)}
         read = lambda a: a.value if isinstance(a, ir.Const) else env[a.id]
         for op in region.ops:
+            if op.prim is lax.reshape_p and isinstance(op.inputs[0], ir.Value) and op.inputs[0].id in split_ids:
+                env[op.outputs[0].id] = as_traced(read(op.inputs[0]), op.outputs[0].shape[1:])
+                continue
             env[op.outputs[0].id] = _tile_op(op, [read(a) for a in op.inputs], block)
         scores, values = (read(a) for a in region.outputs)
         scores = jnp.reshape(scores, (block, -1))
@@ -318,10 +453,79 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     pick = lambda g: tuple(per_head(k) for k in slots[g])
     out, m, l = pk.attention_forward(edge_fn, pick(col_group), pick(row_group), pick(Group.EDGE),
                                      pick(Group.SHARED), csr, heads=heads, interpret=interpret,
-                                     out_dtype=jnp.result_type(msgs[0].dtype, msgs[1].dtype))
+                                     out_dtype=jnp.result_type(msgs[0].dtype, msgs[1].dtype), exact_integers=True)
     stat = eo.accumulation_dtype(msgs[0].dtype)
     return [out.reshape((n,) + msgs[1].shape[1:]), m.reshape((n,) + msgs[0].shape[1:]).astype(stat),
             l.reshape((n,) + msgs[0].shape[1:]).astype(stat)]
+
+
+def _per_head_op(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret):
+    """A sum or per-edge op on the per-head kernels (`_head_tiles` holds): the edge function runs on tiles
+    shaped back to its operands' own shapes."""
+    import pallas_kernels as pk
+
+    heads = _messages_heads(msgs)
+    split = _split_operands(spec, heads)
+
+    def operand(tile, k):
+        x = operands[k]
+        if k in split:  # [B, H, Dk] back to the flat rows the region reshapes
+            return jnp.reshape(tile, (tile.shape[0],) + x.shape[1:])
+        if spec.groups[k] == Group.SHARED:
+            return jnp.reshape(_first_row(_as_traced(tile, x.shape, heads)), x.shape)
+        return _as_traced(tile, x.shape[1:], heads)
+
+    def edge_fn(col, row, edge, shared):
+        ys = spec.fn.apply([operand(t, k) for k, t in enumerate(place(col, row, edge, shared))])
+        return tuple(jnp.reshape(y, (y.shape[0], heads, -1)) for y in ys)
+
+    per_head = lambda k: jnp.reshape(operands[k], (operands[k].shape[0],) + split[k]) if k in split else \
+        _per_head(operands[k], spec.groups[k] == Group.SHARED, heads)
+    pick = lambda g: tuple(per_head(k) for k in slots[g])
+    args = (edge_fn, pick(col_group), pick(row_group), pick(Group.EDGE), pick(Group.SHARED), csr)
+    if spec.reduce == eo.Reduce.NONE:
+        outs, rows = pk.head_compute_forward(*args, heads=heads, num_edges=spec.num_edges, interpret=interpret,
+                                             out_dtype=msgs[0].dtype), spec.num_edges
+    else:
+        outs, rows = pk.head_reduce_forward(*args, heads=heads, interpret=interpret, out_dtype=msgs[0].dtype), n
+    return [out.reshape((rows,) + m.shape[1:]) for out, m in zip(outs, msgs, strict=True)]
+
+
+def _per_head(x, shared: bool, heads: int):
+    """An operand as the per-head kernels take it: ``[rows, H]`` or ``[rows, H, Dk]`` (a scalar per row
+    broadcast)."""
+    rows = 1 if shared else x.shape[0]
+    trailing = _squeezed(x.shape if shared else x.shape[1:])
+    x = jnp.reshape(x, (rows,) + trailing)
+    return jnp.broadcast_to(x[:, None], (rows, heads)) if not trailing else \
+        jnp.reshape(x, (rows,) + _kernel_trailing(trailing, heads))
+
+
+def _as_traced(tile, shape, heads: int):
+    """A kernel tile with the rank the region was traced with (unit axes put back; a per-row scalar is its
+    first column; with one head the head axis goes)."""
+    core = _first_column(tile) if heads == 1 or not _squeezed(shape) else tile
+    dims = iter(core.shape[1:])
+    return jnp.reshape(core, (core.shape[0],) + tuple(1 if d == 1 else next(dims) for d in shape))
+
+
+def _first_row(tile):
+    """The one value of a shared operand's tile, which the kernel broadcast along the slots: a max over them
+    (equal values; Triton has no static slice)."""
+    if tile.dtype == jnp.bool_:
+        return jnp.max(jnp.where(tile, 1, 0), axis=0) > 0
+    return jnp.max(tile, axis=0)
+
+
+def _first_column(tile):
+    """``tile[:, 0]`` of a ``[B, H, ...]`` tile as a masked reduction over the head axis: Pallas' Triton lowering
+    has no static ``slice``. Exact: the other lanes add the reduction's identity (-0.0 for floats, which keeps
+    a -0.0 and passes inf and NaN through; False for bool, through int32)."""
+    lane = lax.broadcasted_iota(jnp.int32, tile.shape, 1) == 0
+    if tile.dtype == jnp.bool_:  # no reduce_or in Triton either
+        return jnp.max(jnp.where(lane & tile, 1, 0), axis=1) > 0
+    fill = jnp.array(-0.0 if jnp.issubdtype(tile.dtype, jnp.floating) else 0, tile.dtype)
+    return jnp.sum(jnp.where(lane, tile, fill), axis=1)
 
 
 def _tile_op(op, ins, block: int):

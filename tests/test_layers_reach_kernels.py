@@ -1,0 +1,210 @@
+"""Layers that reach the Pallas kernels (issue 14): interpret-mode forward, gradient and JVP vs the reference
+backend, and the kernel records that say so."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from checks import x64
+from graph_cases import random_graph
+
+import jgnn
+from jgnn import Reason, mailbox
+from jgnn.layout import GraphLayout
+from jgnn.ops import lowering
+
+SEED = 20261124
+TOL = {jnp.float32: dict(rtol=2e-5, atol=2e-5), jnp.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def lowered_choices(monkeypatch, fn, *args) -> list[tuple[str, bool, str, Reason]]:
+    """(reduction, hits, impl, reason) of every edge op on a kernel backend that lowering ``jax.jit(fn)``
+    decides, derived ops (JVPs, transposes) included: `explain` reports the forward program's ops only."""
+    seen = []
+
+    def record(spec, avals, decide=lowering.decide):
+        choice = decide(spec, avals)
+        if spec.backend != "xla":
+            seen.append((spec.reduce.value, spec.hits, choice.impl, choice.code))
+        return choice
+
+    monkeypatch.setattr(lowering, "decide", record)
+    jax.jit(fn).lower(*args)
+    return seen
+
+
+def _extremum_layer(kind: str, w, backend: str):
+    """An EdgeConv-like layer: per-edge message from both endpoints, max or min over the mailbox."""
+
+    def phi(src, dst, edge):
+        return {"m": jnp.tanh(src["h"] - dst["h"]) * w + src["h"]}
+
+    def rho(mb, node):
+        return {"m": getattr(mailbox, kind)(mb["m"])}
+
+    return jgnn.message_passing(phi, rho, lambda node, agg: {"h": agg["m"]}, backend=backend)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, pytest.param(jnp.float64, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_max_min_on_kernel_match_reference_with_ties(kind, dtype, monkeypatch):
+    """Duplicate edges give exact ties (the reference splits their gradient evenly); isolated nodes give empty
+    rows (0); a NaN feature propagates to its rows in the forward and the gradient."""
+    with x64() if dtype == jnp.float64 else contextlib.nullcontext():
+        rng = np.random.default_rng(SEED)
+        graph = random_graph(rng, 12, 40, 5, isolated=2, hub=9, duplicates=6, dtype=dtype)
+        h = graph.nodes["h"].at[3, 1].set(jnp.nan)
+        w = jnp.asarray(rng.normal(size=(5,)), dtype)
+        kernel, reference = (_extremum_layer(kind, w, b) for b in ("pallas_interpret", "reference"))
+        layout = GraphLayout.from_graph(graph)
+        records = jgnn.explain(kernel, graph, layout=layout).kernels
+        assert [(k.lowering, k.code) for k in records] == [("kernel", Reason.LOWER_KERNEL)]
+
+        def run(layer, x):
+            return layer(graph._replace(nodes={"h": x}), layout=layout).nodes["h"]
+
+        tol = TOL[dtype]
+        np.testing.assert_allclose(run(kernel, h), run(reference, h), **tol)
+        np.testing.assert_array_equal(np.isnan(run(kernel, h)), np.isnan(run(reference, h)))
+        loss = lambda x, layer: jnp.sum(jnp.sin(run(layer, x)) * jnp.arange(5, dtype=dtype))
+        np.testing.assert_allclose(jax.grad(loss)(h, kernel), jax.grad(loss)(h, reference), **tol)
+        finite = graph.nodes["h"]
+        np.testing.assert_allclose(jax.grad(loss)(finite, kernel), jax.grad(loss)(finite, reference), **tol)
+        t = jnp.asarray(rng.normal(size=finite.shape), dtype)
+        (_, jk), (_, jr) = (jax.jvp(lambda x, f=f: run(f, x), (finite,), (t,)) for f in (kernel, reference))
+        np.testing.assert_allclose(jk, jr, **tol)
+        # the training step's ops, the max/min with its tie mask and the transpose, all on kernels
+        choices = lowered_choices(monkeypatch, lambda x: jax.grad(loss)(x, kernel), finite)
+        assert (kind, True, "kernel", Reason.LOWER_KERNEL) in choices
+        assert {(impl, code) for *_, impl, code in choices} == {("kernel", Reason.LOWER_KERNEL)}, choices
+
+
+def _attention_layer(name: str, backend: str, features: int = 4, heads: int = 2, **options):
+    import jgnn.nn as gnn
+
+    cls = {"gat": gnn.GATConv, "gatv2": gnn.GATv2Conv}[name]
+    return cls(features, num_heads=heads, backend=backend, **options)
+
+
+def _layer_loss(module, variables, graph, layout, **apply):
+    # jitted, as a training step is: eagerly, a layout built with self_loops=True is checked against the looped
+    # graph's concrete edges, whose fingerprint differs from the graph's (jgnn.layout; reported, not fixed here)
+    @jax.jit
+    def loss(x):
+        out = module.apply(variables, graph._replace(nodes={"h": x}), layout=layout, **apply).nodes["h"]
+        return jnp.sum(jnp.sin(out) * jnp.arange(out.shape[-1], dtype=out.dtype))
+
+    return loss
+
+
+@pytest.mark.parametrize("dtype,sizes", [(jnp.float32, (4, 2)),
+                                         pytest.param(jnp.float64, (4, 2), marks=pytest.mark.slow),
+                                         pytest.param(jnp.float32, (3, 3), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["gat", pytest.param("gatv2", marks=pytest.mark.slow)])
+def test_attention_layers_with_self_loops_match_reference(name, dtype, sizes, monkeypatch):
+    """GAT/GATv2 with their appended self-loops (a per-edge bool that masks existing loops, a per-row scalar in
+    the attention tiles) on duplicate edges (tied scores), isolated nodes and a hub: interpret-mode forward and
+    gradient equal the reference; the forward attention runs on the kernel, and so does the backward
+    (`SoftmaxRowDot`, `SoftmaxVjp` on the per-head kernels) when every size is a power of two."""
+    with x64() if dtype == jnp.float64 else contextlib.nullcontext():
+        rng = np.random.default_rng(SEED)
+        graph = random_graph(rng, 14, 50, 5, isolated=2, hub=10, duplicates=6, dtype=dtype)
+        graph = graph._replace(senders=graph.senders.at[:3].set(graph.receivers[:3]))  # existing self-loops
+        layout = GraphLayout.from_graph(graph, self_loops=True)
+        kernel, reference = (_attention_layer(name, b, *sizes) for b in ("pallas_interpret", "reference"))
+        variables = reference.init(jax.random.key(0), graph, layout=layout)
+        variables = jax.tree.map(lambda p: p.astype(dtype), variables)
+        tol = TOL[dtype]
+        h = graph.nodes["h"]
+        fk, fr = (_layer_loss(m, variables, graph, layout) for m in (kernel, reference))
+        np.testing.assert_allclose(fk(h), fr(h), **tol)
+        np.testing.assert_allclose(jax.grad(fk)(h), jax.grad(fr)(h), **tol)
+        choices = lowered_choices(monkeypatch, jax.grad(fk), h)
+        assert ("softmax", False, "kernel", Reason.LOWER_KERNEL) in choices
+        backward = {(impl, code) for reduce, _, impl, code in choices if reduce == "sum"}
+        # 3 heads of 3 need padded tiles, which the per-head kernels do not take
+        want = ("segment", Reason.NOT_ZERO_PADDING_SAFE) if sizes == (3, 3) else ("kernel", Reason.LOWER_KERNEL)
+        # a shared parameter's cotangent (a sum over all edges) stays on XLA
+        assert want in backward and backward <= {want, ("segment", Reason.NOT_LANEWISE)}, backward
+
+
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_attention_layers_with_self_loops_lower_for_cuda(name):
+    """The attention tiles of a per-row scalar lower to Triton (no static slice or reduce_or there)."""
+    from pallas_kernels import compat
+
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 14, 50, 5, isolated=2, hub=10)
+    layout = GraphLayout.from_graph(graph, self_loops=True)
+    module = _attention_layer(name, "pallas")
+    variables = _attention_layer(name, "reference").init(jax.random.key(0), graph, layout=layout)
+    step = jax.value_and_grad(_layer_loss(module, variables, graph, layout))
+    assert compat.TRITON_CUSTOM_CALL in compat.export_cuda_mlir(step, graph.nodes["h"])
+
+
+@pytest.mark.parametrize("name", ["rgat", pytest.param("hgt", marks=pytest.mark.slow)])
+def test_typed_attention_layers_on_kernels_match_reference(name, monkeypatch):
+    """RGAT (values reshaped from flat per-relation rows inside the edge function) and HGT on duplicate edges,
+    isolated nodes and a hub: forward and gradient on pallas_interpret equal the reference, with the forward
+    attention and every backward op of the attention on kernels. (float32 only: in float64 the typed matmul's
+    Pallas path differs from the reference by float32 rounding, before any attention.)"""
+    dtype = jnp.float32
+    import jgnn.nn as gnn
+
+    with x64() if dtype == jnp.float64 else contextlib.nullcontext():
+        rng = np.random.default_rng(SEED)
+        graph = random_graph(rng, 14, 50, 8, node_types=2, edge_types=3, isolated=2, hub=10, duplicates=6,
+                             dtype=dtype)
+        # host types: the layers range-check concrete types with numpy
+        graph = graph._replace(nodes={k: np.asarray(v) if k == "type" else v for k, v in graph.nodes.items()},
+                               edges={"type": np.asarray(graph.edges["type"])})
+        make = {"rgat": lambda b: gnn.RGATConv(4, 3, num_heads=2, backend=b),
+                "hgt": lambda b: gnn.HGTConv(8, 2, 2, 3, backend=b)}[name]
+        kernel, reference = make("pallas_interpret"), make("reference")
+        variables = jax.tree.map(lambda p: p.astype(dtype), reference.init(jax.random.key(0), graph))
+
+        def loss_of(module):
+            @jax.jit
+            def loss(x):
+                out = module.apply(variables, graph._replace(nodes={**graph.nodes, "h": x})).nodes["h"]
+                return jnp.sum(jnp.sin(out) * jnp.arange(out.shape[-1], dtype=out.dtype))
+
+            return loss
+
+        fk, fr = loss_of(kernel), loss_of(reference)
+        h, tol = graph.nodes["h"], TOL[dtype]
+        np.testing.assert_allclose(fk(h), fr(h), **tol)
+        np.testing.assert_allclose(jax.grad(fk)(h), jax.grad(fr)(h), **tol)
+        choices = lowered_choices(monkeypatch, jax.grad(fk), h)
+        assert ("softmax", False, "kernel", Reason.LOWER_KERNEL) in choices
+        attention_backward = {(impl, code) for reduce, _, impl, code in choices if reduce in ("sum", "none")}
+        assert ("kernel", Reason.LOWER_KERNEL) in attention_backward
+        assert ("segment", Reason.NOT_ZERO_PADDING_SAFE) not in attention_backward
+
+
+@pytest.mark.slow
+def test_gat_attention_dropout_on_kernels_matches_reference(monkeypatch):
+    """Attention dropout is a counter hash of (seed, edge id, head) in the reference program itself
+    (`pallas_kernels.edge_dropout_keep`), so the kernels, which load the int32 ids and seed exactly and evaluate
+    the same hash, give the reference's mask bit for bit: forward and gradient equal, and every attention op,
+    forward and backward, is on a kernel."""
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 14, 50, 5, isolated=2, hub=10, duplicates=6)
+    layout = GraphLayout.from_graph(graph, self_loops=True)
+    kernel, reference = (_attention_layer("gat", b, attention_dropout=0.4) for b in ("pallas_interpret",
+                                                                                       "reference"))
+    variables = reference.init(jax.random.key(0), graph, layout=layout)
+    apply = dict(deterministic=False, rngs={"dropout": jax.random.key(7)})
+    fk, fr = (_layer_loss(m, variables, graph, layout, **apply) for m in (kernel, reference))
+    h, tol = graph.nodes["h"], TOL[jnp.float32]
+    no_drop = _layer_loss(reference, variables, graph, layout)
+    assert not np.allclose(fr(h), no_drop(h), **tol)  # the mask drops something
+    np.testing.assert_allclose(fk(h), fr(h), **tol)
+    np.testing.assert_allclose(jax.grad(fk)(h), jax.grad(fr)(h), **tol)
+    choices = lowered_choices(monkeypatch, jax.grad(fk), h)
+    assert ("softmax", False, "kernel", Reason.LOWER_KERNEL) in choices
+    assert {(impl, code) for reduce, _, impl, code in choices if reduce == "sum"} == {("kernel", Reason.LOWER_KERNEL)}
