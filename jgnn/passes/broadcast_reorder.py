@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
 from jax import lax
 
 from jgnn import compat, facts, ir
-from jgnn.ops.gather import gather_p
+from jgnn.ops.gather import gather_p, normalize
+from jgnn.ops.segment import segment
 from jgnn.passes.context import Builder, Context, row_elems
 from jgnn.report import Pass, Reason
 from jgnn.roles import ENDPOINTS, Index, Residency
@@ -34,6 +37,7 @@ class _Lazy:
     params: dict
     axis: int
     original: ir.Op | None  # the gather that made it, if it was in the traced program
+    masked: bool = False  # its unread rows are copies of a read row (`_unread_masked`)
 
     @property
     def key(self) -> tuple:
@@ -62,9 +66,64 @@ def _materialise(lazy: _Lazy, out: ir.Value, b: Builder) -> None:
     b.bind(lax.transpose_p, [rows], dict(permutation=back), outputs=[out])
 
 
+def _reads(ids, *, rows: int, index, mode: str, wrap: bool):
+    """``[rows]`` bool: whether some id reads the row, as the gather reads it (the transpose of its ones, > 0)."""
+    read = normalize(ids, rows, wrap=wrap, clip=mode == "clip")
+    return segment(jnp.ones(ids.shape, jnp.float32), read, kind="sum", num_segments=rows, index=index) > 0
+
+
+def _unread_masked(x, reads):
+    """``x`` with every row no edge reads replaced by a copy of the first row one reads (no gradient flows
+    through the copy).
+
+    Unread rows are never gathered, so the forward is unchanged. Backward, their cotangent is 0; what the lifted
+    chain computes there is what the reference computes for the copied row, so ``0 · p`` is NaN only where the
+    reference's own ``c · p`` is non-finite, and the row itself gets exactly 0, as in the reference. (Zeros
+    would not do: ``log(0)``, ``1/0`` or ``rsqrt(0)`` in the chain would make NaN in a weight's gradient.)
+    """
+    first = jnp.argmax(reads)  # row 0 when nothing is read; then every cotangent of the chain is 0
+    fill = lax.stop_gradient(lax.dynamic_index_in_dim(x, first, 0, keepdims=True))
+    return jnp.where(reads.reshape((-1,) + (1,) * (x.ndim - 1)), x, fill)
+
+
+def _inline(b: Builder, fn, args: list[ir.Atom]) -> ir.Atom:
+    """Emit the ops of ``fn(*args)`` (traced on their shapes); its one output."""
+    traced = ir.from_closed_jaxpr(jax.make_jaxpr(fn)(*[a.aval for a in args]))
+    assert not traced.consts, "the mask closes over no arrays"
+    env = {v.id: a for v, a in zip(traced.program.inputs, args, strict=True)}
+    read = lambda a: env.get(a.id, a) if isinstance(a, ir.Value) else a  # noqa: E731
+    for op in traced.program.ops:
+        env.update((v.id, o) for v, o in zip(op.outputs, b.bind(op.prim, [read(a) for a in op.inputs], op.params),
+                                             strict=True))
+    (out,) = traced.program.outputs
+    return read(out)
+
+
+class _Masks:
+    """The masked node value of each lazy gather, made once; the read rows of each ids, made once."""
+
+    def __init__(self, b: Builder):
+        self.b, self.reads, self.masked = b, {}, {}
+
+    def __call__(self, lz: _Lazy) -> ir.Atom:
+        if lz.masked:
+            return lz.node_value
+        x = lz.node_value
+        rows = x.shape[lz.axis]
+        key = lz.key + (rows,)
+        if key not in self.reads:
+            self.reads[key] = _inline(self.b, lambda ids: _reads(ids, rows=rows, index=lz.params["index"],
+                                                                 mode=lz.params["mode"], wrap=lz.params["wrap"]),
+                                      [lz.ids])
+        if (x.id, key) not in self.masked:
+            self.masked[x.id, key] = _inline(self.b, _unread_masked, [x, self.reads[key]])
+        return self.masked[x.id, key]
+
+
 def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by = ir.producers(program)
     b = Builder(program, ctx)
+    masks = _Masks(b)
     lazy: dict[int, _Lazy] = {}
     emitted: set[int] = set()
 
@@ -82,7 +141,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         if per_node is not None:
             lazy[op.outputs[0].id] = per_node
             continue
-        lifted = _try_lift(op, ctx, lazy, made_by, b)
+        lifted = _try_lift(op, ctx, lazy, made_by, b, masks)
         if lifted is None:
             for a in op.inputs:
                 need(a)
@@ -141,7 +200,7 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder) -> _Lazy | Non
     return _Lazy(per_node, ids, p.params, 0, None)
 
 
-def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder) -> _Lazy | None:
+def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _Masks) -> _Lazy | None:
     ins = [b.read(a) for a in op.inputs]
     graph_inputs = [a for a in ins if not ctx.is_shared(a)]
     through = [lazy[a.id] for a in graph_inputs if isinstance(a, ir.Value) and a.id in lazy]
@@ -184,7 +243,7 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder) -> _Lazy
     inputs = []
     for a, ax in zip(ins, axes, strict=True):
         if ax is not None:
-            inputs.append(lazy[a.id].node_value)
+            inputs.append(masks(lazy[a.id]))
         elif isinstance(a, ir.Value) and a.id in expanded:
             src = expanded[a.id]
             (bc,) = b.bind(src.prim, src.inputs, facts.resize(src, rows, out_ax))
@@ -195,6 +254,6 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder) -> _Lazy
     position = in_ax if op.prim is lax.slice_p else out_ax
     (lifted,) = b.bind(op.prim, inputs, facts.resize(op, rows, position))
     ctx.applied(Pass.BROADCAST_REORDER, Reason.LIFTED, op=op.name, index=index, edges=edges, rows=rows,
-                before=f_edge, after=cost_after)
-    return dataclasses.replace(lz0, node_value=lifted, axis=out_ax, original=None)
+                before=f_edge, after=cost_after, masked_unread=True)
+    return dataclasses.replace(lz0, node_value=lifted, axis=out_ax, original=None, masked=True)
 

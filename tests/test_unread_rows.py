@@ -1,0 +1,135 @@
+"""Rows that no edge reads (isolated nodes, receivers only, jraph padding) holding NaN or ±inf (issue 12, "NaN
+propagation backward").
+
+`broadcast_reorder` runs ``f(h[src])`` as ``f(h)[src]``: ``f`` runs on every node row. A row that no edge reads
+has cotangent 0 there, so a non-finite row would give ``inf · 0 = NaN`` in the gradient of a weight of ``f``
+(and a non-finite weight would give NaN in the gradient of such a row), where the reference never forms the
+product. Gradients and tangents must equal the reference's: NaN/±inf positions exactly, values to rtol.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jraph
+import numpy as np
+import pytest
+from checks import check_against_reference
+
+import jgnn
+from jgnn.report import Pass, Reason
+
+BACKENDS = ["xla", "pallas_interpret"]
+N, D, K = 10, 6, 4
+
+
+def _graph(rng) -> jraph.GraphsTuple:
+    """Edges among nodes 0..6, three parallel edges per sender (more edges than nodes, so the edge work is lifted
+    to the nodes; one receiver per sender, so no sum of infinities is reassociated); node 7 only receives, nodes
+    8 and 9 are isolated."""
+    senders = np.repeat(np.array([0, 1, 2, 3, 4, 5, 6], np.int32), 3)
+    receivers = np.repeat(np.array([1, 2, 0, 7, 5, 7, 3], np.int32), 3)
+    h = rng.normal(size=(N, D)).astype(np.float32)
+    return jraph.GraphsTuple(nodes=jnp.asarray(h), edges=None, senders=jnp.asarray(senders),
+                             receivers=jnp.asarray(receivers), n_node=jnp.array([N]),
+                             n_edge=jnp.array([senders.size]), globals=None)
+
+
+def _poison(nodes, rows):
+    """NaN, +inf and -inf in rows no edge's sender reads."""
+    h = np.asarray(nodes).copy()
+    for r, value in zip(rows, (np.nan, np.inf, -np.inf), strict=False):
+        h[r, ::2] = value
+    return jnp.asarray(h)
+
+
+def _weights(rng, inf_weight: bool = False):
+    w = rng.normal(size=(D, K)).astype(np.float32)
+    if inf_weight:
+        w[1, 2] = np.inf
+    return {"w": jnp.asarray(w), "a_src": jnp.asarray(rng.normal(size=(K,)), jnp.float32),
+            "a_dst": jnp.asarray(rng.normal(size=(K,)), jnp.float32)}
+
+
+def _gcn_jraph(graph: jraph.GraphsTuple, params):
+    messages = graph.nodes[graph.senders] @ params["w"]
+    return jax.ops.segment_sum(messages, graph.receivers, graph.nodes.shape[0])
+
+
+def _gat_layer(backend):
+    def phi(s, d, e, p):
+        z = s @ p["w"]
+        logit = jax.nn.leaky_relu(z @ p["a_src"] + (d @ p["w"]) @ p["a_dst"], 0.2)
+        return {"logit": logit, "v": z}
+
+    def rho(mb, node):
+        return jgnn.sum(jgnn.softmax(mb["logit"])[:, None] * mb["v"])
+
+    def apply(graph, params):
+        layer = jgnn.message_passing(lambda s, d, e: phi(s, d, e, params), rho, backend=backend)
+        return layer(graph).nodes
+
+    return apply
+
+
+def _programs(backend):
+    compiled = jgnn.compile(_gcn_jraph, backend=backend)
+    return {"jraph": lambda g, p: compiled(g, p), "gat": _gat_layer(backend)}
+
+
+def _as_args(graph, params):
+    """The graph's features and the weights as the differentiated arguments."""
+    return lambda fn: (lambda h, p: fn(graph._replace(nodes=h), p))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("program", ["jraph", "gat"])
+@pytest.mark.parametrize("poisoned", ["isolated", "receiver_only"])
+def test_nonfinite_unread_rows_give_the_reference_gradients(backend, program, poisoned):
+    rng = np.random.default_rng(12)
+    g = _graph(rng)
+    rows = {"isolated": (8, 9), "receiver_only": (7,)}[poisoned]
+    # GAT reads destination rows too: a receiver-only row is read there (its NaN reaches the reference's result).
+    if program == "gat" and poisoned == "receiver_only":
+        rows = (9,)
+    g = g._replace(nodes=_poison(g.nodes, rows))
+    params = _weights(rng)
+    wrap = _as_args(g, params)
+    check_against_reference(wrap(_programs(backend)[program]), wrap(_programs("reference")[program]),
+                            g.nodes, params)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_infinite_weight_gives_zero_gradient_on_unread_rows(backend):
+    """The gradient of an unread row is 0 in the reference even when a weight is infinite (0 · inf otherwise)."""
+    rng = np.random.default_rng(13)
+    g = _graph(rng)
+    params = _weights(rng, inf_weight=True)
+    wrap = _as_args(g, params)
+    check_against_reference(wrap(_programs(backend)["jraph"]), wrap(_programs("reference")["jraph"]),
+                            g.nodes, params)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_in_jraph_padding_rows(backend):
+    """`jraph.pad_with_graphs` adds nodes; padding edges read only the first of them. NaN in the others."""
+    rng = np.random.default_rng(14)
+    g = _graph(rng)
+    padded = jraph.pad_with_graphs(g, n_node=N + 4, n_edge=g.senders.shape[0] + 3, n_graph=2)
+    h = np.asarray(padded.nodes).copy()
+    h[N + 1:] = np.nan
+    h[N + 2, 1] = np.inf
+    padded = padded._replace(nodes=jnp.asarray(h))
+    params = _weights(rng)
+    wrap = _as_args(padded, params)
+    for name in ("jraph", "gat"):
+        check_against_reference(wrap(_programs(backend)[name]), wrap(_programs("reference")[name]),
+                                padded.nodes, params, terms=8)  # GAT: cancelling sums of 3 edges
+
+
+def test_lifted_chains_mask_unread_rows_in_the_report():
+    rng = np.random.default_rng(15)
+    g = _graph(rng)
+    report = jgnn.explain(_gcn_jraph, g, _weights(rng))
+    lifted = [d for d in report.decisions if d.by == Pass.BROADCAST_REORDER and d.code == Reason.LIFTED]
+    assert lifted and all(dict(d.params)["masked_unread"] for d in lifted)
