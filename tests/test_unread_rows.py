@@ -133,3 +133,45 @@ def test_lifted_chains_mask_unread_rows_in_the_report():
     report = jgnn.explain(_gcn_jraph, g, _weights(rng))
     lifted = [d for d in report.decisions if d.by == Pass.BROADCAST_REORDER and d.code == Reason.LIFTED]
     assert lifted and all(dict(d.params)["masked_unread"] for d in lifted)
+
+
+def _typed_jraph(graph: jraph.GraphsTuple, params):
+    """``x[src] @ W[type[src]]``: the per-node table ``W[type]`` is lifted with ``x``."""
+    h, types = graph.nodes["h"], graph.nodes["type"]
+    s = graph.senders
+    messages = jnp.einsum("ed,edk->ek", h[s], params["w_typed"][types[s]])
+    return jax.ops.segment_sum(messages, graph.receivers, h.shape[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_typed_table_read_through_the_source_type(backend):
+    """Unread rows 8, 9 have a type no read row has (its table's gradient is 0 in the reference), and the first
+    read row holds inf: an unread row must neither put its own NaN nor row 0's inf into type 2's gradient.
+
+    Where the reference's gradient is non-finite (row 0's type), NaN and ±inf may swap, as for every reassociated
+    gradient (`tests/fuzz/tolerances.py`): the positions of non-finite values are compared there."""
+    rng = np.random.default_rng(16)
+    g = _graph(rng)
+    h = np.asarray(_poison(g.nodes, (8, 9))).copy()
+    h[0, 1] = np.inf
+    types = np.array([0, 1, 0, 1, 0, 1, 0, 1, 2, 2], np.int32)
+    g = g._replace(nodes={"h": jnp.asarray(h), "type": jnp.asarray(types)})
+    params = {"w_typed": jnp.asarray(rng.normal(size=(3, D, K)), jnp.float32)}
+    compiled, reference = jgnn.compile(_typed_jraph, backend=backend), jgnn.compile(_typed_jraph, backend="reference")
+    report = jgnn.explain(_typed_jraph, g, params)
+    assert any(d.code == Reason.COMPACTED_NODE_TYPE and d.applied for d in report.decisions)
+    assert any(d.code == Reason.GROUPED_MATMUL and d.applied for d in report.decisions)
+
+    def wrap(fn):
+        return lambda x, p: fn(g._replace(nodes={"h": x, "type": g.nodes["type"]}), p)
+
+    check_against_reference(wrap(compiled), wrap(reference), g.nodes["h"], params, grad=False)
+    cot = jnp.asarray(rng.normal(size=(N, K)), jnp.float32)
+    grads = [jax.jit(jax.grad(lambda x, p, fn=fn: jnp.sum(wrap(fn)(x, p) * cot), argnums=(0, 1)))(
+        g.nodes["h"], params) for fn in (compiled, reference)]
+    for got, want in zip(*(jax.tree_util.tree_leaves(gr) for gr in grads), strict=True):
+        got, want = np.asarray(got), np.asarray(want)
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+    assert np.all(np.asarray(grads[1][1]["w_typed"][2]) == 0)  # the type no edge reads: exactly 0

@@ -10,6 +10,16 @@ constants (``jnp.broadcast_to(w, (E, d))``) are re-broadcast at the node count; 
 
 The cost model compares ``E·f`` with ``N·f`` plus the extra bytes the output gather moves when the result is
 wider than its operands; it refuses when ``N ≥ E`` or when a wide result would be gathered, and says so.
+
+A lifted op runs on every node row, also on rows no id reads (isolated nodes, receivers only, padding). The
+reference never computes anything there; the lifted gradient multiplies those rows by their zero cotangent, and
+a NaN or ±inf row (or weight) would make ``inf · 0 = NaN`` in a weight's gradient (or the row's). So the node
+operands of a lifted chain are *masked* once, where it starts: rows no id reads (`_reads`, the gather's own
+wrap/clamp/fill semantics) become a stop-gradient copy of the first row one reads (`_unread_masked`); for a
+per-node table ``W[type]`` the types are masked, so it stays a typed table. Every product the lifted gradient
+forms at an unread row is then one the reference forms for the copied row: non-finite only where the reference
+is, and the unread rows' own gradient is exactly 0. The forward pass is unchanged (unread rows are never
+gathered). ``LIFTED`` decisions say ``masked_unread=True``.
 """
 
 from __future__ import annotations
@@ -100,21 +110,23 @@ def _inline(b: Builder, fn, args: list[ir.Atom]) -> ir.Atom:
 
 
 class _Masks:
-    """The masked node value of each lazy gather, made once; the read rows of each ids, made once."""
+    """Node values with their unread rows masked (`_unread_masked`), each made once, and the read rows of each
+    ids, made once (CSE then shares them across layers)."""
 
     def __init__(self, b: Builder):
         self.b, self.reads, self.masked = b, {}, {}
 
     def __call__(self, lz: _Lazy) -> ir.Atom:
-        if lz.masked:
-            return lz.node_value
-        x = lz.node_value
-        rows = x.shape[lz.axis]
-        key = lz.key + (rows,)
+        """The node operand a lifted op reads for ``lz``."""
+        return lz.node_value if lz.masked else self.rows(lz.node_value, lz.ids, lz.params)
+
+    def rows(self, x: ir.Atom, ids: ir.Atom, params: dict) -> ir.Atom:
+        """``x`` (rows on axis 0) masked for the rows the gather ``x[ids]`` with ``params`` reads."""
+        n = x.shape[0]
+        key = (ids.id, params["mode"], params["wrap"], n)
         if key not in self.reads:
-            self.reads[key] = _inline(self.b, lambda ids: _reads(ids, rows=rows, index=lz.params["index"],
-                                                                 mode=lz.params["mode"], wrap=lz.params["wrap"]),
-                                      [lz.ids])
+            self.reads[key] = _inline(self.b, lambda i: _reads(i, rows=n, index=params["index"],
+                                                               mode=params["mode"], wrap=params["wrap"]), [ids])
         if (x.id, key) not in self.masked:
             self.masked[x.id, key] = _inline(self.b, _unread_masked, [x, self.reads[key]])
         return self.masked[x.id, key]
@@ -137,7 +149,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         if _is_lazy_gather(op, ctx):
             lazy[op.outputs[0].id] = _Lazy(b.read(op.inputs[0]), b.read(op.inputs[1]), op.params, 0, op)
             continue
-        per_node = _per_node_table(op, ctx, made_by, b)
+        per_node = _per_node_table(op, ctx, made_by, b, masks)
         if per_node is not None:
             lazy[op.outputs[0].id] = per_node
             continue
@@ -163,7 +175,7 @@ def _expanded_source(ctx: Context, atom: ir.Atom, made_by) -> ir.Op | None:
     return None
 
 
-def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder) -> _Lazy | None:
+def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder, masks: _Masks) -> _Lazy | None:
     """``W[type[src]]`` (a typed table read through the source's node type) is ``(W[type])[src]``: made per node
     and gathered lazily, so ``x[src] @ W[type[src]]`` moves to the nodes (compact materialisation)."""
     if op.prim is not lax.gather_p or facts.row_gather_axis(op) != 0:
@@ -188,8 +200,12 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder) -> _Lazy | Non
         ctx.skipped(Pass.COMPACT_MATERIALIZE, Reason.NO_SAVING, what="typed table read through the node type",
                     rows=rows, edges=edges)
         return None
-    (col,) = b.bind(lax.broadcast_in_dim_p, [types], dict(shape=(rows, 1), broadcast_dimensions=(0,),
-                                                         sharding=None))
+    # The types, not the table rows, are masked: the per-node table stays a table read by a type column, which
+    # `typed_matmul` recognises (a masked table would be [N, d_in, d_out] floats).
+    masked = masks.rows(types, ids, p.params)
+    ctx.analysis.info[masked.id] = ctx.info(types)  # still node types, at the rows that are read
+    (col,) = b.bind(lax.broadcast_in_dim_p, [masked], dict(shape=(rows, 1), broadcast_dimensions=(0,),
+                                                          sharding=None))
     keeps_unit_axis = op.outputs[0].ndim == table.ndim + 1  # the batched dynamic-slice form [rows, 1, ...]
     dn = lax.GatherDimensionNumbers(offset_dims=tuple(range(1, table.ndim + keeps_unit_axis)),
                                     collapsed_slice_dims=() if keeps_unit_axis else (0,), start_index_map=(0,))
@@ -197,7 +213,7 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder) -> _Lazy | Non
                          dict(op.params, dimension_numbers=dn, slice_sizes=(1, *table.shape[1:])))
     ctx.applied(Pass.COMPACT_MATERIALIZE, Reason.COMPACTED_NODE_TYPE, types=table.shape[0],
                 index=p.params["index"].value, rows=rows, edges=edges, ratio=edges / rows)
-    return _Lazy(per_node, ids, p.params, 0, None)
+    return _Lazy(per_node, ids, p.params, 0, None, masked=True)
 
 
 def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _Masks) -> _Lazy | None:
