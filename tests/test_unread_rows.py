@@ -127,12 +127,22 @@ def test_nan_in_jraph_padding_rows(backend):
                                 padded.nodes, params, terms=8)  # GAT: cancelling sums of 3 edges
 
 
-def test_lifted_chains_mask_unread_rows_in_the_report():
+def _with_self_loops(graph: jraph.GraphsTuple, params):
+    n = graph.nodes.shape[0]
+    loops = jnp.arange(n, dtype=graph.senders.dtype)
+    senders, receivers = jnp.concatenate([graph.senders, loops]), jnp.concatenate([graph.receivers, loops])
+    return jax.ops.segment_sum(graph.nodes[senders] @ params["w"], receivers, n)
+
+
+@pytest.mark.parametrize("program, masked", [(_gcn_jraph, True), (_with_self_loops, False)])
+def test_lifted_chains_say_whether_unread_rows_are_masked(program, masked):
+    """A self-loop per node (ids that append ``arange(N)``) reads every row: no mask is needed there."""
     rng = np.random.default_rng(15)
     g = _graph(rng)
-    report = jgnn.explain(_gcn_jraph, g, _weights(rng))
+    report = jgnn.explain(program, g, _weights(rng))
     lifted = [d for d in report.decisions if d.by == Pass.BROADCAST_REORDER and d.code == Reason.LIFTED]
-    assert lifted and all(dict(d.params)["masked_unread"] for d in lifted)
+    assert lifted and all(d.get("masked_unread") is masked for d in lifted)
+    assert not report.fallbacks
 
 
 def _typed_jraph(graph: jraph.GraphsTuple, params):

@@ -19,7 +19,8 @@ wrap/clamp/fill semantics) become a stop-gradient copy of the first row one read
 per-node table ``W[type]`` the types are masked, so it stays a typed table. Every product the lifted gradient
 forms at an unread row is then one the reference forms for the copied row: non-finite only where the reference
 is, and the unread rows' own gradient is exactly 0. The forward pass is unchanged (unread rows are never
-gathered). ``LIFTED`` decisions say ``masked_unread=True``.
+gathered). No mask is made when the ids provably read every row (they append ``arange(N)``: a self-loop per
+node). ``LIFTED`` decisions say whether the chain's operands are masked (``masked_unread``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jgnn import compat, facts, ir
@@ -47,7 +49,8 @@ class _Lazy:
     params: dict
     axis: int
     original: ir.Op | None  # the gather that made it, if it was in the traced program
-    masked: bool = False  # its unread rows are copies of a read row (`_unread_masked`)
+    masked: bool | None = None  # its unread rows are copies of a read row (`_unread_masked`); False: none
+    # is unread (`_reads_every_row`); None: not yet decided (a gather no lifted op has read)
 
     @property
     def key(self) -> tuple:
@@ -91,9 +94,13 @@ def _unread_masked(x, reads):
     reference's own ``c · p`` is non-finite, and the row itself gets exactly 0, as in the reference. (Zeros
     would not do: ``log(0)``, ``1/0`` or ``rsqrt(0)`` in the chain would make NaN in a weight's gradient.)
     """
+    column = (-1,) + (1,) * (x.ndim - 1)
     first = jnp.argmax(reads)  # row 0 when nothing is read; then every cotangent of the chain is 0
-    fill = lax.stop_gradient(lax.dynamic_index_in_dim(x, first, 0, keepdims=True))
-    return jnp.where(reads.reshape((-1,) + (1,) * (x.ndim - 1)), x, fill)
+    # The row picked by a select and a sum, not a dynamic slice: every op here has a residency rule, also when
+    # the program is traced again inside another (a layer in a compiled model).
+    pick = reads & (lax.iota(first.dtype, reads.shape[0]) == first)
+    fill = jnp.sum(jnp.where(pick.reshape(column), x, jnp.zeros((), x.dtype)), axis=0, keepdims=True)
+    return jnp.where(reads.reshape(column), x, lax.stop_gradient(fill))
 
 
 def _inline(b: Builder, fn, args: list[ir.Atom]) -> ir.Atom:
@@ -109,33 +116,58 @@ def _inline(b: Builder, fn, args: list[ir.Atom]) -> ir.Atom:
     return read(out)
 
 
+def _through_casts(atom: ir.Atom, made_by) -> ir.Op | None:
+    """The op that made ``atom``, seen through integer casts and reshapes (which keep small ids' values)."""
+    op = made_by.get(atom.id) if isinstance(atom, ir.Value) else None
+    while op is not None and op.prim in (lax.convert_element_type_p, lax.reshape_p) and \
+            np.issubdtype(op.inputs[0].dtype, np.integer) and np.issubdtype(op.outputs[0].dtype, np.integer):
+        op = made_by.get(op.inputs[0].id) if isinstance(op.inputs[0], ir.Value) else None
+    return op
+
+
+def _reads_every_row(ids: ir.Atom, rows: int, made_by) -> bool:
+    """Whether ``ids`` provably reads every row of ``rows``: it appends ``arange(k)``, ``k ≥ rows`` (a self-loop
+    per node, as GAT and GCN add), so no row is unread and no mask is needed."""
+    cat = _through_casts(ids, made_by)
+    if cat is None or cat.prim is not lax.concatenate_p or cat.params["dimension"] != 0:
+        return False
+    fits = rows <= np.iinfo(ids.dtype).max + 1
+    return fits and any((op := _through_casts(a, made_by)) is not None and op.prim is lax.iota_p
+                        and len(op.params["shape"]) == 1 and op.params["shape"][0] >= rows for a in cat.inputs)
+
+
 class _Masks:
     """Node values with their unread rows masked (`_unread_masked`), each made once, and the read rows of each
     ids, made once (CSE then shares them across layers)."""
 
-    def __init__(self, b: Builder):
-        self.b, self.reads, self.masked = b, {}, {}
+    def __init__(self, b: Builder, made_by):
+        self.b, self.made_by, self.reads, self.masked = b, made_by, {}, {}
 
-    def __call__(self, lz: _Lazy) -> ir.Atom:
-        """The node operand a lifted op reads for ``lz``."""
-        return lz.node_value if lz.masked else self.rows(lz.node_value, lz.ids, lz.params)
+    def __call__(self, lz: _Lazy) -> tuple[ir.Atom, bool]:
+        """The node operand a lifted op reads for ``lz``, and whether it is masked."""
+        if lz.masked is not None:
+            return lz.node_value, lz.masked
+        return self.rows(lz.node_value, lz.ids, lz.params)
 
-    def rows(self, x: ir.Atom, ids: ir.Atom, params: dict) -> ir.Atom:
-        """``x`` (rows on axis 0) masked for the rows the gather ``x[ids]`` with ``params`` reads."""
+    def rows(self, x: ir.Atom, ids: ir.Atom, params: dict) -> tuple[ir.Atom, bool]:
+        """``x`` (rows on axis 0) masked for the rows the gather ``x[ids]`` with ``params`` reads, and whether a
+        mask was needed."""
         n = x.shape[0]
+        if _reads_every_row(ids, n, self.made_by):
+            return x, False
         key = (ids.id, params["mode"], params["wrap"], n)
         if key not in self.reads:
             self.reads[key] = _inline(self.b, lambda i: _reads(i, rows=n, index=params["index"],
                                                                mode=params["mode"], wrap=params["wrap"]), [ids])
         if (x.id, key) not in self.masked:
             self.masked[x.id, key] = _inline(self.b, _unread_masked, [x, self.reads[key]])
-        return self.masked[x.id, key]
+        return self.masked[x.id, key], True
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by = ir.producers(program)
     b = Builder(program, ctx)
-    masks = _Masks(b)
+    masks = _Masks(b, made_by)
     lazy: dict[int, _Lazy] = {}
     emitted: set[int] = set()
 
@@ -202,7 +234,7 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder, masks: _Masks)
         return None
     # The types, not the table rows, are masked: the per-node table stays a table read by a type column, which
     # `typed_matmul` recognises (a masked table would be [N, d_in, d_out] floats).
-    masked = masks.rows(types, ids, p.params)
+    masked, needed = masks.rows(types, ids, p.params)
     ctx.analysis.info[masked.id] = ctx.info(types)  # still node types, at the rows that are read
     (col,) = b.bind(lax.broadcast_in_dim_p, [masked], dict(shape=(rows, 1), broadcast_dimensions=(0,),
                                                           sharding=None))
@@ -213,7 +245,7 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder, masks: _Masks)
                          dict(op.params, dimension_numbers=dn, slice_sizes=(1, *table.shape[1:])))
     ctx.applied(Pass.COMPACT_MATERIALIZE, Reason.COMPACTED_NODE_TYPE, types=table.shape[0],
                 index=p.params["index"].value, rows=rows, edges=edges, ratio=edges / rows)
-    return _Lazy(per_node, ids, p.params, 0, None, masked=True)
+    return _Lazy(per_node, ids, p.params, 0, None, masked=needed)
 
 
 def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _Masks) -> _Lazy | None:
@@ -256,10 +288,12 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _
         ctx.skipped(Pass.BROADCAST_REORDER, Reason.COST_KEEPS_EDGES, op=op.name, why=why, before=f_edge,
                     after=cost_after)
         return None
-    inputs = []
+    inputs, masked = [], False
     for a, ax in zip(ins, axes, strict=True):
         if ax is not None:
-            inputs.append(masks(lazy[a.id]))
+            node_value, was_masked = masks(lazy[a.id])
+            inputs.append(node_value)
+            masked = masked or was_masked
         elif isinstance(a, ir.Value) and a.id in expanded:
             src = expanded[a.id]
             (bc,) = b.bind(src.prim, src.inputs, facts.resize(src, rows, out_ax))
@@ -270,6 +304,6 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _
     position = in_ax if op.prim is lax.slice_p else out_ax
     (lifted,) = b.bind(op.prim, inputs, facts.resize(op, rows, position))
     ctx.applied(Pass.BROADCAST_REORDER, Reason.LIFTED, op=op.name, index=index, edges=edges, rows=rows,
-                before=f_edge, after=cost_after, masked_unread=True)
-    return dataclasses.replace(lz0, node_value=lifted, axis=out_ax, original=None, masked=True)
+                before=f_edge, after=cost_after, masked_unread=masked)
+    return dataclasses.replace(lz0, node_value=lifted, axis=out_ax, original=None, masked=masked)
 
