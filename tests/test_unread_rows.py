@@ -127,6 +127,27 @@ def test_nan_in_jraph_padding_rows(backend):
                                 padded.nodes, params, terms=8)  # GAT: cancelling sums of 3 edges
 
 
+def _shared_weight(graph: jraph.GraphsTuple, params):
+    """``h[src] @ W`` and ``h[dst] @ W`` are one ``h @ W`` on the nodes (CSE), then each goes its own way."""
+    z_src, z_dst = graph.nodes[graph.senders] @ params["w"], graph.nodes[graph.receivers] @ params["w"]
+    messages = jnp.tanh(z_src * params["a_src"]) + z_dst * params["a_dst"]
+    return jax.ops.segment_sum(messages, graph.receivers, graph.nodes.shape[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_lifted_matmul_for_both_ends_keeps_each_chain_exact(backend):
+    """Row 7 only receives: ``h @ W`` is masked for the rows either end reads, so row 7 stays real there (its
+    NaN reaches W's gradient, as in the reference); the source chain (``a_src``) must not see it."""
+    rng = np.random.default_rng(17)
+    g = _graph(rng)
+    g = g._replace(nodes=_poison(g.nodes, (7, 8)))
+    params = _weights(rng)
+    wrap = _as_args(g, params)
+    compiled = jgnn.compile(_shared_weight, backend=backend)
+    reference = jgnn.compile(_shared_weight, backend="reference")
+    check_against_reference(wrap(compiled), wrap(reference), g.nodes, params)
+
+
 def _with_self_loops(graph: jraph.GraphsTuple, params):
     n = graph.nodes.shape[0]
     loops = jnp.arange(n, dtype=graph.senders.dtype)

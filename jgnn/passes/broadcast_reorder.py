@@ -26,6 +26,7 @@ node). ``LIFTED`` decisions say whether the chain's operands are masked (``maske
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,7 @@ from jax import lax
 from jgnn import compat, facts, ir
 from jgnn.ops.gather import gather_p, normalize
 from jgnn.ops.segment import segment
+from jgnn.passes import cleanup
 from jgnn.passes.context import Builder, Context, row_elems
 from jgnn.report import Pass, Reason
 from jgnn.roles import ENDPOINTS, Index, Residency
@@ -49,8 +51,10 @@ class _Lazy:
     params: dict
     axis: int
     original: ir.Op | None  # the gather that made it, if it was in the traced program
-    masked: bool | None = None  # its unread rows are copies of a read row (`_unread_masked`); False: none
-    # is unread (`_reads_every_row`); None: not yet decided (a gather no lifted op has read)
+    # Lifted values only: the gathers whose read rows are real in ``node_value`` (the others are copies of a read
+    # row, `_unread_masked`), and whether a mask was made (none is when those gathers read every row).
+    real: frozenset | None = None
+    masked: bool = False
 
     @property
     def key(self) -> tuple:
@@ -85,21 +89,21 @@ def _reads(ids, *, rows: int, index, mode: str, wrap: bool):
     return segment(jnp.ones(ids.shape, jnp.float32), read, kind="sum", num_segments=rows, index=index) > 0
 
 
-def _unread_masked(x, reads):
-    """``x`` with every row no edge reads replaced by a copy of the first row one reads (no gradient flows
-    through the copy).
+def _unread_masked(x, reads, *, axis: int):
+    """``x`` with every row (along ``axis``) no edge reads replaced by a copy of the first row one reads (no
+    gradient flows through the copy).
 
     Unread rows are never gathered, so the forward is unchanged. Backward, their cotangent is 0; what the lifted
     chain computes there is what the reference computes for the copied row, so ``0 · p`` is NaN only where the
     reference's own ``c · p`` is non-finite, and the row itself gets exactly 0, as in the reference. (Zeros
     would not do: ``log(0)``, ``1/0`` or ``rsqrt(0)`` in the chain would make NaN in a weight's gradient.)
     """
-    column = (-1,) + (1,) * (x.ndim - 1)
+    column = tuple(-1 if d == axis else 1 for d in range(x.ndim))
     first = jnp.argmax(reads)  # row 0 when nothing is read; then every cotangent of the chain is 0
     # The row picked by a select and a sum, not a dynamic slice: every op here has a residency rule, also when
     # the program is traced again inside another (a layer in a compiled model).
     pick = reads & (lax.iota(first.dtype, reads.shape[0]) == first)
-    fill = jnp.sum(jnp.where(pick.reshape(column), x, jnp.zeros((), x.dtype)), axis=0, keepdims=True)
+    fill = jnp.sum(jnp.where(pick.reshape(column), x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True)
     return jnp.where(reads.reshape(column), x, lax.stop_gradient(fill))
 
 
@@ -136,38 +140,89 @@ def _reads_every_row(ids: ir.Atom, rows: int, made_by) -> bool:
                         and len(op.params["shape"]) == 1 and op.params["shape"][0] >= rows for a in cat.inputs)
 
 
+def _shared_first_ops(program: ir.Program, ctx: Context) -> dict[int, frozenset]:
+    """For each op on lazily gathered rows, the gathers (`_Lazy.key`) whose rows an identical op reads.
+
+    ``h[src] @ W`` and ``h[dst] @ W`` are one ``h @ W`` after CSE: lifted, it runs on ``h`` masked for the rows
+    either gather reads. That is exact: each row left real there is one the reference applies the same op (same
+    weights) to. Later ops of each chain are masked again for their own gather's rows."""
+    fresh = {op.outputs[0].id: (op.inputs[0].id, op.inputs[1].id, op.params["mode"], op.params["wrap"])
+             for op in program.ops if _is_lazy_gather(op, ctx)}
+    readers: dict[tuple, set] = {}
+    signature = {}
+    for op in program.ops:
+        ins = [a for a in op.inputs if isinstance(a, ir.Value) and a.id in fresh]
+        if not ins or len(op.outputs) != 1:
+            continue
+        sig = (op.prim, cleanup._param_key(op.params),
+               tuple(("rows of", fresh[a.id][0]) if isinstance(a, ir.Value) and a.id in fresh else cleanup._atom_key(a)
+                     for a in op.inputs))
+        signature[id(op)] = sig
+        readers.setdefault(sig, set()).update(fresh[a.id][1:] for a in ins)
+    return {op_id: frozenset(readers[sig]) for op_id, sig in signature.items()}
+
+
 class _Masks:
-    """Node values with their unread rows masked (`_unread_masked`), each made once, and the read rows of each
-    ids, made once (CSE then shares them across layers)."""
+    """Masked node values (`_unread_masked`) and the rows each gather reads, each made once (CSE then shares the
+    read rows of one ids across layers)."""
 
     def __init__(self, b: Builder, made_by):
         self.b, self.made_by, self.reads, self.masked = b, made_by, {}, {}
+        self.gathers: dict[tuple, tuple] = {}  # key -> (ids, gather params)
 
-    def __call__(self, lz: _Lazy) -> tuple[ir.Atom, bool]:
-        """The node operand a lifted op reads for ``lz``, and whether it is masked."""
-        if lz.masked is not None:
-            return lz.node_value, lz.masked
-        return self.rows(lz.node_value, lz.ids, lz.params)
+    def note(self, lz: _Lazy) -> None:
+        self.gathers.setdefault(lz.key, (lz.ids, lz.params))
 
-    def rows(self, x: ir.Atom, ids: ir.Atom, params: dict) -> tuple[ir.Atom, bool]:
-        """``x`` (rows on axis 0) masked for the rows the gather ``x[ids]`` with ``params`` reads, and whether a
+    def every_row(self, key: tuple, rows: int) -> bool:
+        return _reads_every_row(self.gathers[key][0], rows, self.made_by)
+
+    def _reads_of(self, keys: frozenset, rows: int) -> ir.Atom:
+        if (keys, rows) not in self.reads:
+            parts = []
+            for key in sorted(keys):
+                ids, params = self.gathers[key]
+                if (frozenset([key]), rows) not in self.reads:
+                    self.reads[frozenset([key]), rows] = _inline(self.b, lambda i, p=params: _reads(
+                        i, rows=rows, index=p["index"], mode=p["mode"], wrap=p["wrap"]), [ids])
+                parts.append(self.reads[frozenset([key]), rows])
+            union = parts[0]
+            for part in parts[1:]:
+                (union,) = self.b.bind(lax.or_p, [union, part], {})
+            self.reads[keys, rows] = union
+        return self.reads[keys, rows]
+
+    def rows(self, x: ir.Atom, keys: frozenset, axis: int) -> tuple[ir.Atom, bool]:
+        """``x`` with only the rows (along ``axis``) that the gathers ``keys`` read left real, and whether a
         mask was needed."""
-        n = x.shape[0]
-        if _reads_every_row(ids, n, self.made_by):
+        rows = x.shape[axis]
+        if any(self.every_row(k, rows) for k in keys):
             return x, False
-        key = (ids.id, params["mode"], params["wrap"], n)
-        if key not in self.reads:
-            self.reads[key] = _inline(self.b, lambda i: _reads(i, rows=n, index=params["index"],
-                                                               mode=params["mode"], wrap=params["wrap"]), [ids])
-        if (x.id, key) not in self.masked:
-            self.masked[x.id, key] = _inline(self.b, _unread_masked, [x, self.reads[key]])
-        return self.masked[x.id, key], True
+        if (x.id, keys, axis) not in self.masked:
+            reads = self._reads_of(keys, rows)
+            self.masked[x.id, keys, axis] = _inline(self.b, functools.partial(_unread_masked, axis=axis), [x, reads])
+        return self.masked[x.id, keys, axis], True
+
+    def operand(self, lz: _Lazy, first_readers: frozenset) -> tuple[ir.Atom, frozenset, bool]:
+        """What a lifted op on ``lz``'s rows reads: (node operand, the gathers whose rows are real in it, whether
+        it is masked). A fresh gather is masked for ``first_readers``; a lifted value for its own gather."""
+        if lz.real is None:
+            value, masked = self.rows(lz.node_value, first_readers, lz.axis)
+            return value, first_readers, masked
+        own = frozenset([lz.key])
+        if lz.real == own or self.every_row(lz.key, lz.node_value.shape[lz.axis]):
+            return lz.node_value, lz.real, lz.masked
+        value, masked = self.rows(lz.node_value, own, lz.axis)
+        return value, own, masked
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by = ir.producers(program)
     b = Builder(program, ctx)
     masks = _Masks(b, made_by)
+    first_readers = _shared_first_ops(program, ctx)
+    for op in program.ops:  # a shared first op may be met before the gather of its other end
+        if _is_lazy_gather(op, ctx):
+            masks.note(_Lazy(op.inputs[0], op.inputs[1], op.params, 0, op))
     lazy: dict[int, _Lazy] = {}
     emitted: set[int] = set()
 
@@ -185,7 +240,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         if per_node is not None:
             lazy[op.outputs[0].id] = per_node
             continue
-        lifted = _try_lift(op, ctx, lazy, made_by, b, masks)
+        lifted = _try_lift(op, ctx, lazy, made_by, b, masks, first_readers)
         if lifted is None:
             for a in op.inputs:
                 need(a)
@@ -234,7 +289,9 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder, masks: _Masks)
         return None
     # The types, not the table rows, are masked: the per-node table stays a table read by a type column, which
     # `typed_matmul` recognises (a masked table would be [N, d_in, d_out] floats).
-    masked, needed = masks.rows(types, ids, p.params)
+    own = _Lazy(types, ids, p.params, 0, None)
+    masks.note(own)
+    masked, needed = masks.rows(types, frozenset([own.key]), 0)
     ctx.analysis.info[masked.id] = ctx.info(types)  # still node types, at the rows that are read
     (col,) = b.bind(lax.broadcast_in_dim_p, [masked], dict(shape=(rows, 1), broadcast_dimensions=(0,),
                                                           sharding=None))
@@ -245,10 +302,11 @@ def _per_node_table(op: ir.Op, ctx: Context, made_by, b: Builder, masks: _Masks)
                          dict(op.params, dimension_numbers=dn, slice_sizes=(1, *table.shape[1:])))
     ctx.applied(Pass.COMPACT_MATERIALIZE, Reason.COMPACTED_NODE_TYPE, types=table.shape[0],
                 index=p.params["index"].value, rows=rows, edges=edges, ratio=edges / rows)
-    return _Lazy(per_node, ids, p.params, 0, None, masked=needed)
+    return _Lazy(per_node, ids, p.params, 0, None, real=frozenset([own.key]), masked=needed)
 
 
-def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _Masks) -> _Lazy | None:
+def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _Masks,
+              first_readers: dict) -> _Lazy | None:
     ins = [b.read(a) for a in op.inputs]
     graph_inputs = [a for a in ins if not ctx.is_shared(a)]
     through = [lazy[a.id] for a in graph_inputs if isinstance(a, ir.Value) and a.id in lazy]
@@ -288,12 +346,16 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _
         ctx.skipped(Pass.BROADCAST_REORDER, Reason.COST_KEEPS_EDGES, op=op.name, why=why, before=f_edge,
                     after=cost_after)
         return None
-    inputs, masked = [], False
+    lazies = [lazy[a.id] for a, ax in zip(ins, axes, strict=True) if ax is not None]
+    fresh = all(lz.real is None for lz in lazies)
+    readers = first_readers.get(id(op), frozenset()) if fresh else frozenset()
+    readers = readers if lz0.key in readers else frozenset([lz0.key])
+    inputs, real, masked = [], frozenset(), False
     for a, ax in zip(ins, axes, strict=True):
         if ax is not None:
-            node_value, was_masked = masks(lazy[a.id])
+            node_value, reals, was_masked = masks.operand(lazy[a.id], readers)
             inputs.append(node_value)
-            masked = masked or was_masked
+            real, masked = real | reals, masked or was_masked
         elif isinstance(a, ir.Value) and a.id in expanded:
             src = expanded[a.id]
             (bc,) = b.bind(src.prim, src.inputs, facts.resize(src, rows, out_ax))
@@ -305,5 +367,5 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _
     (lifted,) = b.bind(op.prim, inputs, facts.resize(op, rows, position))
     ctx.applied(Pass.BROADCAST_REORDER, Reason.LIFTED, op=op.name, index=index, edges=edges, rows=rows,
                 before=f_edge, after=cost_after, masked_unread=masked)
-    return dataclasses.replace(lz0, node_value=lifted, axis=out_ax, original=None, masked=masked)
+    return dataclasses.replace(lz0, node_value=lifted, axis=out_ax, original=None, real=real, masked=masked)
 
