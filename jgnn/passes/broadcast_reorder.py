@@ -35,7 +35,6 @@ from jax import lax
 
 from jgnn import compat, facts, ir
 from jgnn.ops.gather import gather_p, normalize
-from jgnn.ops.segment import segment
 from jgnn.passes import cleanup
 from jgnn.passes.context import Builder, Context, row_elems
 from jgnn.report import Pass, Reason
@@ -83,10 +82,12 @@ def _materialise(lazy: _Lazy, out: ir.Value, b: Builder) -> None:
     b.bind(lax.transpose_p, [rows], dict(permutation=back), outputs=[out])
 
 
-def _reads(ids, *, rows: int, index, mode: str, wrap: bool):
+def _reads(ids, *, rows: int, mode: str, wrap: bool):
     """``[rows]`` bool: whether some id reads the row, as the gather reads it (the transpose of its ones, > 0)."""
     read = normalize(ids, rows, wrap=wrap, clip=mode == "clip")
-    return segment(jnp.ones(ids.shape, jnp.float32), read, kind="sum", num_segments=rows, index=index) > 0
+    # jax's segment sum, as the gather's transpose (which drops ids outside [0, rows)), but not jgnn's `segment`
+    # primitive: `fuse` would make that an edge op with a kernel of its own.
+    return jax.ops.segment_sum(jnp.ones(ids.shape, jnp.int32), read, rows) > 0
 
 
 def _unread_masked(x, reads, *, axis: int):
@@ -100,10 +101,7 @@ def _unread_masked(x, reads, *, axis: int):
     """
     column = tuple(-1 if d == axis else 1 for d in range(x.ndim))
     first = jnp.argmax(reads)  # row 0 when nothing is read; then every cotangent of the chain is 0
-    # The row picked by a select and a sum, not a dynamic slice: every op here has a residency rule, also when
-    # the program is traced again inside another (a layer in a compiled model).
-    pick = reads & (lax.iota(first.dtype, reads.shape[0]) == first)
-    fill = jnp.sum(jnp.where(pick.reshape(column), x, jnp.zeros((), x.dtype)), axis=axis, keepdims=True)
+    fill = jnp.take(x, first[None], axis=axis, mode="clip")
     return jnp.where(reads.reshape(column), x, lax.stop_gradient(fill))
 
 
@@ -183,7 +181,7 @@ class _Masks:
                 ids, params = self.gathers[key]
                 if (frozenset([key]), rows) not in self.reads:
                     self.reads[frozenset([key]), rows] = _inline(self.b, lambda i, p=params: _reads(
-                        i, rows=rows, index=p["index"], mode=p["mode"], wrap=p["wrap"]), [ids])
+                        i, rows=rows, mode=p["mode"], wrap=p["wrap"]), [ids])
                 parts.append(self.reads[frozenset([key]), rows])
             union = parts[0]
             for part in parts[1:]:
