@@ -13,14 +13,18 @@ wider than its operands; it refuses when ``N ≥ E`` or when a wide result would
 
 A lifted op runs on every node row, also on rows no id reads (isolated nodes, receivers only, padding). The
 reference never computes anything there; the lifted gradient multiplies those rows by their zero cotangent, and
-a NaN or ±inf row (or weight) would make ``inf · 0 = NaN`` in a weight's gradient (or the row's). So the node
-operands of a lifted chain are *masked* once, where it starts: rows no id reads (`_reads`, the gather's own
-wrap/clamp/fill semantics) become a stop-gradient copy of the first row one reads (`_unread_masked`); for a
-per-node table ``W[type]`` the types are masked, so it stays a typed table. Every product the lifted gradient
-forms at an unread row is then one the reference forms for the copied row: non-finite only where the reference
-is, and the unread rows' own gradient is exactly 0. The forward pass is unchanged (unread rows are never
-gathered). No mask is made when the ids provably read every row (they append ``arange(N)``: a self-loop per
-node). ``LIFTED`` decisions say whether the chain's operands are masked (``masked_unread``).
+a NaN or ±inf row (or weight) would make ``inf · 0 = NaN`` in a weight's gradient (or the row's). So a lifted
+op reads its node operands *masked*: rows its gather does not read (`_reads`, with the gather's own
+wrap/clamp/fill semantics) become a stop-gradient copy of the first row it reads (`_unread_masked`). Every
+product the lifted gradient forms at such a row is then one the reference forms for the copied row (non-finite
+only where the reference is), and the row's own gradient is exactly 0. The forward pass is unchanged (unread
+rows are never gathered). A first op that both ends apply alike (``h[src] @ W`` and ``h[dst] @ W``, one
+``h @ W`` after CSE) reads ``h`` masked for the rows either end reads, which is as exact (the reference applies
+that op to each such row); each end's later ops mask its result again for their own gather. A per-node table
+``W[type]`` masks its types, so it stays a typed table. No mask is made for ids that provably read every row
+(they append ``arange(N)``: a self-loop per node). ``LIFTED`` decisions say whether the op's node operands are
+masked (``masked_unread``). A mask costs a pass over its operand (a GAT layer's loops read every row, but the
+layer's own program gets them as a graph argument and cannot see that).
 """
 
 from __future__ import annotations
