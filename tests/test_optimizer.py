@@ -236,9 +236,12 @@ def test_typed_matmuls_of_the_same_rows_run_as_one():
     layer = jgnn.message_passing(*parts[:3], backend="xla")
     report = jgnn.explain(layer, graph)
     merged = [d for d in report.applied_rewrites if d.code == Reason.MERGED_TYPED_MATMULS]
-    assert [(d.get("count"), d.get("rows"), d.get("d_out")) for d in merged] == [(3, 18, 24)]
+    # K and V read source rows, Q destination rows. The graph has isolated nodes, so each end's lifted matmuls
+    # read the node rows masked for the rows that end reads (issue 12: NaN there must reach no gradient of the
+    # other end's weights): K and V are one typed matmul, Q runs on its own rows.
+    assert [(d.get("count"), d.get("rows"), d.get("d_out")) for d in merged] == [(2, 18, 16)]
     node_level = [k for k in report.kernels if k.op == "typed_matmul" and k.get("rows") == 18]
-    assert [k.get("d_out") for k in node_level] == [24]
+    assert sorted(k.get("d_out") for k in node_level) == [8, 16]
     _check_forward_and_grad(layer, jgnn.message_passing(*parts[:3], backend="reference"), graph)
 
 

@@ -28,7 +28,6 @@ import traceback
 
 import jax
 import jax.numpy as jnp
-import jraph
 import ml_dtypes
 import numpy as np
 
@@ -350,11 +349,10 @@ def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
 class Oracle:
     """The reference run in float64 (complex128), computed on first use and shared by every backend."""
 
-    def __init__(self, program, ops: Operands, dtype: str, ref: dict, grad_by_jvp: bool, grad_finite_only: bool):
+    def __init__(self, program, ops: Operands, dtype: str, ref: dict, grad_by_jvp: bool):
         self.program, self.ops, self.dtype, self.ref = program, ops, tolerances.ORACLE_DTYPE[dtype], ref
         self.parts = ref if self.dtype == dtype else None
         self.grad_by_jvp = grad_by_jvp
-        self.grad_finite_only = grad_finite_only
 
     def part(self, name: str):
         if self.parts is None:
@@ -392,7 +390,7 @@ def check_case(case: Case, backends=BACKENDS) -> list[Failure]:
     ref, errors = reference_parts(program, ops, dtype, grad_by_jvp)
     failures = [_reference_failure(case, PART_OF_MODE[mode], exc) for mode, exc in errors.items()]
     rejected = {mode for mode, exc in errors.items() if is_named_error(exc)}
-    oracle = Oracle(program, ops, dtype, ref, grad_by_jvp, grad_by_jvp or unread_nonfinite(ops))
+    oracle = Oracle(program, ops, dtype, ref, grad_by_jvp)
     for backend in backends:
         failures += _check_backend(case, backend, ops, ref, oracle, rejected)
     return failures
@@ -424,33 +422,6 @@ def run_all(program, backend: str, ops: Operands, dtype: str) -> tuple[dict, dic
     return parts, errors
 
 
-def unread_nonfinite(ops: Operands) -> bool:
-    """Whether a graph's node features hold NaN or ±inf in a row that is not both a sender and a receiver.
-
-    Known open deviation (issue 12, NaN propagation backward): `broadcast_reorder` runs ``h @ W`` on every node
-    row, and its weight gradient multiplies each row by that row's summed cotangent, so such a row gives
-    ``inf · 0 = NaN`` where the edge program never formed the product. The forward pass is unaffected; for these
-    cases gradients are compared at finite positions only (as for `FORWARD_MODE_GRAD_FLAGS`).
-    """
-    inputs = _rebuild(ops.treedef, ops.mask, ops.floats, ops.others)
-    graphs = [g for g in jax.tree_util.tree_leaves(inputs, is_leaf=lambda x: isinstance(x, jraph.GraphsTuple))
-              if isinstance(g, jraph.GraphsTuple)]
-    for g in graphs:
-        leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(g.nodes) if is_float(np.asarray(x))]
-        if not leaves:
-            continue
-        n = leaves[0].shape[0]
-        ends = [np.clip(np.where(np.asarray(i) < 0, np.asarray(i) + n, np.asarray(i)), 0, max(n - 1, 0))
-                for i in (g.senders, g.receivers)]
-        both = np.zeros(n, bool)
-        both[np.intersect1d(*ends)] = True
-        for x in leaves:
-            bad = ~np.isfinite(_as_real(x)).reshape(n, -1).all(axis=1)
-            if (bad & ~both).any():
-                return True
-    return False
-
-
 def reference_parts(program, ops: Operands, dtype: str, grad_by_jvp: bool) -> tuple[dict, dict]:
     """`run_all` of the reference; with ``grad_by_jvp`` its gradient by forward mode (`FORWARD_MODE_GRAD_FLAGS`)."""
     parts, errors = run_all(program, "reference", ops, dtype)
@@ -479,7 +450,7 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
                 if not (mode in rejected and is_named_error(exc))]
     for part, value in got.items():
         if part in ref:
-            nonfinite, fraction = _derivative_rules(case, part, oracle.grad_finite_only)
+            nonfinite, fraction = _derivative_rules(case, part, oracle.grad_by_jvp)
             res = compare_trees(ref[part], value, case.dtype, lambda part=part: oracle.part(part), nonfinite,
                                 fraction)
             if res is not None:
@@ -488,13 +459,13 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
     return failures
 
 
-def _derivative_rules(case: Case, part: str, grad_finite_only: bool) -> tuple[str, float]:
+def _derivative_rules(case: Case, part: str, grad_by_jvp: bool) -> tuple[str, float]:
     """How a part's non-finite positions must agree (a `NONFINITE` key), and its rows' least scale as a fraction
     of the whole part (`tolerances.part_fraction`): forward values exactly; derivatives by position, or at finite
-    positions only for a gradient whose reference is by forward mode or reads unread non-finite rows."""
+    positions only for a gradient whose reference is by forward mode."""
     if part not in DERIVATIVES:
         return "exact", 0.0
-    nonfinite = "finite_only" if part == "grad" and grad_finite_only else "positions"
+    nonfinite = "finite_only" if part == "grad" and grad_by_jvp else "positions"
     return nonfinite, tolerances.part_fraction(case.dtype, case.values.magnitude)
 
 
@@ -522,7 +493,7 @@ def check_transform(case: Case, transform: str, backends=BACKENDS) -> list[Failu
         except Exception as exc:
             return [_reference_failure(case, "program", exc)]
         grad_by_jvp = _grad_by_jvp(case)
-        nonfinite, fraction = _derivative_rules(case, "grad", grad_by_jvp or unread_nonfinite(ops))
+        nonfinite, fraction = _derivative_rules(case, "grad", grad_by_jvp)
         ref_mode = "hvp_by_jvp" if grad_by_jvp else "hvp"
     ref, exc = run(case.program, "reference", ref_mode, ops, case.dtype)
     if exc is not None:
