@@ -1,0 +1,15 @@
+"""Partitioned full-graph training on `jax.sharding`: partition, per-part graphs with halos, `shard_map`.
+
+``partition`` assigns nodes to parts (`jgnn.distributed.partition`); ``build_parts`` makes the padded per-part
+graphs with halo nodes (`jgnn.distributed.halo`); ``run`` runs a per-part function on a one-axis mesh
+(`jgnn.distributed.shard`); ``choose`` is the per-layer cost model of how cut edges travel
+(`jgnn.distributed.strategy`).
+"""
+
+from jgnn.distributed.halo import PartitionedGraph, build_parts
+from jgnn.distributed.partition import Partition, PartitionStats, linear_deterministic_greedy, partition
+from jgnn.distributed.shard import LocalGraph, put, run, structure
+from jgnn.distributed.strategy import StrategyChoice, choose
+
+__all__ = ["LocalGraph", "Partition", "PartitionStats", "PartitionedGraph", "StrategyChoice", "build_parts",
+           "choose", "linear_deterministic_greedy", "partition", "put", "run", "structure"]

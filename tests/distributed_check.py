@@ -1,0 +1,93 @@
+"""Multi-device equality check for `jgnn.distributed`, run by tests/test_distributed.py in a subprocess (the
+forced host device count must be set before JAX starts). Usage: ``python tests/distributed_check.py P [P ...]``.
+Prints one JSON line per (model, P) with the largest relative errors; exits 1 if any exceeds the tolerance."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import jraph  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
+
+import jgnn  # noqa: E402
+from jgnn import distributed  # noqa: E402
+
+TOL = 1e-5
+N, E, F, R = 120, 700, 6, 3
+
+
+def hub_graph(seed: int) -> jraph.GraphsTuple:
+    """Random edges, two hubs (many in- and out-edges), ten isolated nodes, a few self-loops and duplicates."""
+    rng = np.random.default_rng(seed)
+    live = N - 10
+    s = rng.integers(0, live, E)
+    r = rng.integers(0, live, E)
+    s[:150], r[150:300] = 3, 7  # hubs: node 3 sends 150 edges, node 7 receives 150
+    s[300:305] = r[300:305]
+    s[305:310], r[305:310] = s[310:315], r[310:315]
+    return jraph.GraphsTuple(nodes=rng.normal(size=(N, F)).astype(np.float32),
+                             edges={"type": rng.integers(0, R, E).astype(np.int32)},
+                             senders=s.astype(np.int32), receivers=r.astype(np.int32),
+                             n_node=np.array([N]), n_edge=np.array([E]), globals=None)
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
+
+
+def check(name: str, module, graph: jraph.GraphsTuple, parts: int) -> dict:
+    params = module.init(jax.random.key(0), graph)["params"]
+    weights = jnp.asarray(np.random.default_rng(1).normal(size=(N, module.features * getattr(module, "num_heads", 1)))
+                          .astype(np.float32))
+
+    def single_loss(params, x):
+        out = module.apply({"params": params}, graph._replace(nodes=x)).nodes
+        return jnp.sum(out * weights), out
+
+    (_, want), want_grads = jax.jit(jax.value_and_grad(single_loss, (0, 1), has_aux=True))(params, graph.nodes)
+
+    part = distributed.partition(graph, parts)
+    pg = distributed.build_parts(graph, part)
+    mesh = Mesh(np.array(jax.devices()[:parts]), ("parts",))
+    arrays = distributed.structure(pg, mesh, edges=pg.edge_values(graph.edges))
+
+    def per_part(local, params, owned):
+        out = module.apply({"params": params}, local.graph(owned)).nodes
+        return local.owned(out)
+
+    def dist_loss(params, x):
+        out = pg.from_padded(distributed.run(per_part, pg, mesh, arrays, params, pg.to_padded(x)))
+        return jnp.sum(out * weights), out
+
+    (_, got), got_grads = jax.jit(jax.value_and_grad(dist_loss, (0, 1), has_aux=True))(params, graph.nodes)
+    errors = {"out": rel_err(got, want)}
+    errors["grad_x"] = rel_err(got_grads[1], want_grads[1])
+    flat_got, flat_want = jax.tree.leaves(got_grads[0]), jax.tree.leaves(want_grads[0])
+    errors["grad_params"] = max(rel_err(a, b) for a, b in zip(flat_got, flat_want, strict=True))
+    return {"model": name, "parts": parts, "method": part.stats.method, "edge_cut": part.stats.edge_cut,
+            "errors": errors, "ok": all(e <= TOL for e in errors.values())}
+
+
+def main(parts_list: list[int]) -> int:
+    graph = hub_graph(0)
+    models = {"gat": jgnn.nn.GATConv(4, num_heads=2, backend="xla"),
+              "rgcn": jgnn.nn.RGCNConv(5, num_relations=R, backend="xla")}
+    ok = True
+    for parts in parts_list:
+        for name, module in models.items():
+            result = check(name, module, graph, parts)
+            print(json.dumps(result), flush=True)
+            ok &= result["ok"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main([int(a) for a in sys.argv[1:]] or [2, 4, 8]))
