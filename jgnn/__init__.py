@@ -20,7 +20,7 @@ Graphs are `jraph.GraphsTuple`s: ``nodes`` leaves ``[N, ...]``, ``edges`` leaves
 * `datasets`: loaders (Planetoid, TU, RDF entities, knowledge graphs, OGB), generators and converters.
 """
 
-from jgnn import datasets, linkpred, nn, ops
+from jgnn import datasets, distributed, linkpred, nn, ops
 from jgnn.compiler import BACKENDS, Compiled, PlanCache, compile, explain
 from jgnn.graph import validate
 from jgnn.layout import GraphLayout, LayoutMismatchError
@@ -30,7 +30,7 @@ from jgnn.report import Pass, Reason, Report
 
 __all__ = [
     "BACKENDS", "Compiled", "GraphLayout", "LayoutMismatchError", "MessagePassing", "Pass", "PlanCache", "Reason",
-    "Report", "UnsupportedMailboxOp", "compile", "datasets", "explain", "max", "mean", "message_passing", "min",
-    "linkpred", "nn", "ops", "softmax", "sum", "validate",
+    "Report", "UnsupportedMailboxOp", "compile", "datasets", "distributed", "explain", "max", "mean",
+    "message_passing", "min", "linkpred", "nn", "ops", "softmax", "sum", "validate",
 ]
 __version__ = "0.1.0"  # pyproject.toml

@@ -154,11 +154,3 @@ except ImportError:  # pragma: no cover
 
 float0 = jax.dtypes.float0
 accumulation_floor = jnp.float32
-
-
-def pvary(tree, axis: str):
-    """``tree`` cast to vary over the ``shard_map`` axis ``axis`` (``lax.pcast(..., to="varying")`` in JAX 0.10,
-    ``lax.pvary`` later); its transpose sums the cotangents over the axis."""
-    if hasattr(jax.lax, "pcast"):
-        return jax.tree.map(lambda x: jax.lax.pcast(x, axis, to="varying"), tree)
-    return jax.tree.map(lambda x: jax.lax.pvary(x, axis), tree)  # pragma: no cover - other JAX

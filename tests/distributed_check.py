@@ -1,5 +1,6 @@
 """Multi-device equality check for `jgnn.distributed`, run by tests/test_distributed.py in a subprocess (the
-forced host device count must be set before JAX starts). Usage: ``python tests/distributed_check.py P [P ...]``.
+forced host device count must be set before JAX starts). Usage: ``python tests/distributed_check.py P [P ...]``
+(env: ``JGNN_CHECK_MODELS`` gat,rgcn; ``JGNN_CHECK_BACKEND`` xla; ``JGNN_CHECK_METHOD`` auto|metis|ldg).
 Prints one JSON line per (model, P) with the largest relative errors; exits 1 if any exceeds the tolerance."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import jgnn  # noqa: E402
 from jgnn import distributed  # noqa: E402
 
 TOL = 1e-5
+BACKEND = os.environ.get("JGNN_CHECK_BACKEND", "xla")
 N, E, F, R = 120, 700, 6, 3
 
 
@@ -54,7 +56,7 @@ def check(name: str, module, graph: jraph.GraphsTuple, parts: int) -> dict:
 
     (_, want), want_grads = jax.jit(jax.value_and_grad(single_loss, (0, 1), has_aux=True))(params, graph.nodes)
 
-    part = distributed.partition(graph, parts)
+    part = distributed.partition(graph, parts, method=os.environ.get("JGNN_CHECK_METHOD", "auto"))
     pg = distributed.build_parts(graph, part)
     mesh = Mesh(np.array(jax.devices()[:parts]), ("parts",))
     arrays = distributed.structure(pg, mesh, edges=pg.edge_values(graph.edges))
@@ -78,11 +80,13 @@ def check(name: str, module, graph: jraph.GraphsTuple, parts: int) -> dict:
 
 def main(parts_list: list[int]) -> int:
     graph = hub_graph(0)
-    models = {"gat": jgnn.nn.GATConv(4, num_heads=2, backend="xla"),
-              "rgcn": jgnn.nn.RGCNConv(5, num_relations=R, backend="xla")}
+    models = {"gat": jgnn.nn.GATConv(4, num_heads=2, backend=BACKEND),
+              "rgcn": jgnn.nn.RGCNConv(5, num_relations=R, backend=BACKEND)}
     ok = True
     for parts in parts_list:
         for name, module in models.items():
+            if name not in os.environ.get("JGNN_CHECK_MODELS", "gat,rgcn"):
+                continue
             result = check(name, module, graph, parts)
             print(json.dumps(result), flush=True)
             ok &= result["ok"]

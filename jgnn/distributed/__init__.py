@@ -7,9 +7,9 @@ graphs with halo nodes (`jgnn.distributed.halo`); ``run`` runs a per-part functi
 """
 
 from jgnn.distributed.halo import PartitionedGraph, build_parts
-from jgnn.distributed.partition import Partition, PartitionStats, linear_deterministic_greedy, partition
+from jgnn.distributed.partition import Partition, PartitionStats, metis_available, partition
 from jgnn.distributed.shard import LocalGraph, put, run, structure
 from jgnn.distributed.strategy import StrategyChoice, choose
 
 __all__ = ["LocalGraph", "Partition", "PartitionStats", "PartitionedGraph", "StrategyChoice", "build_parts",
-           "choose", "linear_deterministic_greedy", "partition", "put", "run", "structure"]
+           "choose", "metis_available", "partition", "put", "run", "structure"]

@@ -29,7 +29,8 @@ class PartitionedGraph:
     ``[P, H]`` the padded-global row of each halo slot (0 for unused slots, which no edge reads),
     ``edge_order`` ``[P, E]`` the original edge id of each local edge (``-1`` for padding), ``position``
     ``[N]`` the padded-global row of each original node, ``remote_destinations`` per part the distinct (sender
-    part, receiver) pairs of its cut edges (the rows partial aggregates would send), ``stats`` the partition's `PartitionStats`.
+    part, receiver) pairs of its cut edges (the rows partial aggregates would send), ``stats`` the partition's
+    `PartitionStats`.
     """
 
     num_parts: int

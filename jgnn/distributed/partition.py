@@ -81,7 +81,10 @@ def _metis(senders: np.ndarray, receivers: np.ndarray, n: int, parts: int) -> np
     import pymetis
 
     offsets, nbrs = _undirected_csr(senders, receivers, n)
-    _, membership = pymetis.part_graph(parts, xadj=offsets, adjncy=nbrs)
+    if hasattr(pymetis, "CSRAdjacency"):  # pymetis 2025+: xadj/adjncy keywords are deprecated
+        _, membership = pymetis.part_graph(parts, adjacency=pymetis.CSRAdjacency(offsets, nbrs))
+    else:  # pragma: no cover - older pymetis
+        _, membership = pymetis.part_graph(parts, xadj=offsets, adjncy=nbrs)
     return np.asarray(membership, np.int32)
 
 

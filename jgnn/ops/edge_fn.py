@@ -333,9 +333,6 @@ class SoftmaxVjp(EdgeFn):
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
-        # Inside shard_map the cotangent rows vary over the mesh axis while the primal rows may not: the VJP
-        # below needs its cotangents typed as its outputs, so every row is cast to vary alike first.
-        rows = compat.match_vma(list(rows))
         m, l, g, r, c, k = rows[n:n + 6]
         (s, v), pull = jax.vjp(_moving(self.base, rows[:n], self.slots, lanes), *(rows[i] for i in self.slots))
         keep = rows[-1] if self.masked else None

@@ -1,0 +1,107 @@
+"""jgnn.distributed: partition quality records, per-part halo graphs, the strategy cost model, and (in
+subprocesses with forced host devices) GAT and RGCN forward and gradients on 2/4/8 devices and on 2 processes
+equal to one device."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jraph
+import numpy as np
+import pytest
+
+from jgnn import distributed
+from jgnn.report import Reason
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _graph(seed: int = 0, n: int = 60, e: int = 300) -> jraph.GraphsTuple:
+    rng = np.random.default_rng(seed)
+    s, r = rng.integers(0, n - 5, e), rng.integers(0, n - 5, e)  # the last 5 nodes are isolated
+    s[:40] = 2  # a hub
+    return jraph.GraphsTuple(nodes=rng.normal(size=(n, 3)).astype(np.float32), edges=np.arange(e, dtype=np.int32),
+                             senders=s.astype(np.int32), receivers=r.astype(np.int32), n_node=np.array([n]),
+                             n_edge=np.array([e]), globals=None)
+
+
+@pytest.mark.parametrize("method", ["ldg", "metis"])
+def test_partition_covers_every_node_and_counts_the_cut(method):
+    if method == "metis" and not distributed.metis_available():
+        pytest.skip("pymetis is not installed (the 'distributed' extra)")
+    g = _graph()
+    part = distributed.partition(g, 4, method=method)
+    a, st = part.assignment, part.stats
+    assert a.shape == (60,) and a.min() >= 0 and a.max() < 4
+    cut = int(np.sum(a[g.senders] != a[g.receivers]))
+    assert st.method == method and st.edge_cut == cut and sum(st.sizes) == 60 and sum(st.edges) == 300
+    assert st.node_imbalance == pytest.approx(max(st.sizes) / 15)
+    assert st.cut_fraction < 0.75  # better than random assignment's expected 3/4
+
+
+def test_partition_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="method"):
+        distributed.partition(_graph(), 2, method="spectral")
+    with pytest.raises(ValueError, match="num_parts"):
+        distributed.partition(_graph(), 0)
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_local_graphs_hold_each_edge_once_with_its_true_endpoints(parts):
+    g = _graph(1)
+    pg = distributed.build_parts(g, distributed.partition(g, parts, method="ldg"))
+    padded_ids = np.asarray(pg.to_padded(np.arange(60) + 1))  # 0 marks an unused row
+    seen = []
+    for p in range(parts):
+        local_rows = np.concatenate([padded_ids[p * pg.owned:(p + 1) * pg.owned], padded_ids[pg.halo_rows[p]], [0]])
+        for k in range(pg.edges):
+            s, r, eid = pg.senders[p, k], pg.receivers[p, k], pg.edge_order[p, k]
+            if eid < 0:  # padding edges: the padding node to itself
+                assert s == r == pg.padding_node
+                continue
+            assert r < pg.owned and local_rows[s] - 1 == g.senders[eid] and local_rows[r] - 1 == g.receivers[eid]
+            seen.append(eid)
+    assert sorted(seen) == list(range(300))
+    np.testing.assert_array_equal(np.asarray(pg.from_padded(pg.to_padded(g.nodes))), g.nodes)
+    assert pg.halo >= max(pg.stats.halo) and tuple(pg.n_edge) == pg.stats.edges
+
+
+def test_strategy_picks_the_cheaper_crossing_and_says_why():
+    g = _graph(2)
+    pg = distributed.build_parts(g, distributed.partition(g, 4, method="ldg"))
+    wide_in = distributed.choose(pg, layer="l", in_width=1000, out_width=1, partials_supported=True)
+    assert wide_in.code == Reason.SEND_PARTIAL_AGGREGATES and wide_in.partial_bytes < wide_in.source_bytes
+    opaque = distributed.choose(pg, layer="l", in_width=1000, out_width=1)
+    assert opaque.code == Reason.PARTIALS_NEED_AGGREGATE and opaque.strategy == "source"
+    wide_out = distributed.choose(pg, layer="l", in_width=1, out_width=1000, partials_supported=True)
+    assert wide_out.code == Reason.SEND_SOURCE_ROWS and wide_out.source_bytes == sum(pg.stats.halo) * 4
+
+
+def _run(args: list[str], env_extra: dict, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", **env_extra)
+    return subprocess.run([sys.executable, *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _check_devices(parts: list[int], **env) -> None:
+    proc = _run([str(ROOT / "tests" / "distributed_check.py"), *map(str, parts)], env, 600)
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert sorted((r["model"], r["parts"]) for r in results) == sorted(
+        (m, p) for m in ("gat", "rgcn") for p in parts)
+    for r in results:
+        assert max(r["errors"].values()) <= 1e-5, r
+
+
+def test_gat_and_rgcn_on_4_devices_equal_one_device():
+    _check_devices([4])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["auto", "ldg"])
+def test_gat_and_rgcn_on_2_and_8_devices_equal_one_device(method):
+    _check_devices([2, 8], JGNN_CHECK_METHOD=method)
