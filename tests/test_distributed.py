@@ -105,3 +105,40 @@ def test_gat_and_rgcn_on_4_devices_equal_one_device():
 @pytest.mark.parametrize("method", ["auto", "ldg"])
 def test_gat_and_rgcn_on_2_and_8_devices_equal_one_device(method):
     _check_devices([2, 8], JGNN_CHECK_METHOD=method)
+
+
+def _free_port() -> int | None:
+    import socket
+
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    except OSError:
+        return None
+
+
+@pytest.mark.slow
+def test_two_processes_of_four_devices_equal_one_device():
+    """jax.distributed on loopback: 2 processes × 4 CPU devices, GAT and RGCN loss and grads vs one device."""
+    port = _free_port()
+    if port is None:
+        pytest.skip("no loopback port can be opened here")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    script = str(ROOT / "tests" / "distributed_multiprocess.py")
+    procs = [subprocess.Popen([sys.executable, script, str(i), "2", f"127.0.0.1:{port}"], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=180))
+    except subprocess.TimeoutExpired:
+        pytest.fail("the 2-process run did not finish in 180 s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert p.returncode == 0 and lines, out + err[-3000:]
+        assert lines[0]["devices"] == 8 and max(lines[0]["errors"].values()) <= 1e-5, lines
