@@ -87,24 +87,35 @@ def _run(args: list[str], env_extra: dict, timeout: float) -> subprocess.Complet
                           timeout=timeout)
 
 
-def _check_devices(parts: list[int], **env) -> None:
+PARTIALS = ("partial_sum", "partial_max", "partial_min", "partial_softmax")
+
+
+def _check_devices(parts: list[int], models: str, **env) -> None:
+    env = {"JGNN_CHECK_MODELS": models, **env}
     proc = _run([str(ROOT / "tests" / "distributed_check.py"), *map(str, parts)], env, 600)
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert sorted((r["model"], r["parts"]) for r in results) == sorted(
-        (m, p) for m in ("gat", "rgcn") for p in parts)
+    names = [m for m in ("gat", "rgcn") if m in models] + list(PARTIALS if "partial" in models else ())
+    assert sorted((r["model"], r["parts"]) for r in results) == sorted((m, p) for m in names for p in parts)
     for r in results:
         assert max(r["errors"].values()) <= 1e-5, r
 
 
 def test_gat_and_rgcn_on_4_devices_equal_one_device():
-    _check_devices([4])
+    """Strategy (a), halo source rows, for compiled layers: outputs and gradients equal one device to 1e-5."""
+    _check_devices([4], "gat,rgcn")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["auto", "ldg"])
 def test_gat_and_rgcn_on_2_and_8_devices_equal_one_device(method):
-    _check_devices([2, 8], JGNN_CHECK_METHOD=method)
+    _check_devices([2, 8], "gat,rgcn", JGNN_CHECK_METHOD=method)
+
+
+@pytest.mark.slow
+def test_partial_aggregates_equal_one_device():
+    """Strategy (b): sum/max/min and softmax-weighted sums sent as partials, on 2/4/8 devices, to 1e-5."""
+    _check_devices([2, 4, 8], "partial")
 
 
 def _free_port() -> int | None:

@@ -25,7 +25,8 @@ from jgnn.distributed.halo import PartitionedGraph
 @dataclasses.dataclass(frozen=True)
 class LocalGraph:
     """One device's view of its part, inside `run`. ``senders``/``receivers`` ``[E]``, ``n_edge`` ``[]`` and
-    ``halo_rows`` ``[H]`` are this part's rows of the `PartitionedGraph` arrays; ``edges`` its edge features."""
+    ``halo_rows`` ``[H]`` are this part's rows of the `PartitionedGraph` arrays; ``edges`` its edge features;
+    ``extra`` its rows of the ``extra`` arrays given to `structure` (e.g. `jgnn.distributed.partial_arrays`)."""
 
     part: PartitionedGraph
     axis: str
@@ -34,6 +35,7 @@ class LocalGraph:
     n_edge: jax.Array
     halo_rows: jax.Array
     edges: Any
+    extra: Any = None
 
     def halo(self, owned):
         """The halo rows ``[H, ...]`` of every leaf of ``owned`` ``[S, ...]`` (owned rows of all parts are
@@ -76,11 +78,12 @@ def put(tree, mesh: Mesh, spec: PartitionSpec):
     return jax.tree.map(one, tree)
 
 
-def structure(pg: PartitionedGraph, mesh: Mesh, edges: Any = None) -> dict:
-    """The per-part arrays `run` reads, placed one part per device (``edges``: per-part ``[P, E, ...]``)."""
+def structure(pg: PartitionedGraph, mesh: Mesh, edges: Any = None, extra: Any = None) -> dict:
+    """The per-part arrays `run` reads, placed one part per device (``edges``: per-part ``[P, E, ...]``;
+    ``extra``: more per-part arrays, leading axis P, given to the function as `LocalGraph.extra`)."""
     axis = mesh.axis_names[0]
     arrays = {"senders": pg.senders, "receivers": pg.receivers, "n_edge": pg.n_edge, "halo_rows": pg.halo_rows,
-              "edges": edges}
+              "edges": edges, "extra": extra}
     return put(arrays, mesh, PartitionSpec(axis))
 
 
