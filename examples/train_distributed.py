@@ -77,6 +77,16 @@ def forward(layers, params, apply_graph, h):
     return h
 
 
+def strategies(pg, layers, x, h0) -> list:
+    """The cost model's choice per layer (these layers are opaque to `distributed.aggregate`: they send source
+    rows whatever the cost, and the record says so)."""
+    heads = [getattr(layer, "num_heads", 0) for layer in layers]
+    widths = [x.shape[1] if x.ndim == 2 else 1, h0.shape[1]]
+    outs = [h0.shape[1], layers[1].features]
+    return [distributed.choose(pg, layer=f"{k}:{type(layer).__name__}", in_width=widths[k], out_width=outs[k],
+                               softmax_heads=heads[k]) for k, layer in enumerate(layers)]
+
+
 def loss_of(logits, labels):
     mask = labels >= 0
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, np.maximum(labels, 0))
@@ -139,6 +149,9 @@ def main() -> int:
     dist = train(jax.jit(dist_step), params_rep, opt_state, ARGS.steps, x_parts, arrays)
     st = part.stats
     if jax.process_index() == 0:
+        for choice in strategies(pg, layers, x, h0):
+            print(f"layer {choice.layer}: sends {choice.strategy} ({choice.code.value}; source rows "
+                  f"{choice.source_bytes:,} B, partial aggregates {choice.partial_bytes:,} B per step)")
         print(f"{ARGS.model}: {len(devices)} devices ({jax.process_count()} process(es)), {st.method} partition: "
               f"edge cut {st.edge_cut} ({st.cut_fraction:.1%}), node imbalance {st.node_imbalance:.3f}, "
               f"halo rows {sum(st.halo)}")

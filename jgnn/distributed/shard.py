@@ -4,7 +4,8 @@ Inside, each device sees a `LocalGraph`: its part's static structure and its own
 builds the local `jraph.GraphsTuple` whose halo rows are the owners' rows (strategy "source": an ``all_gather`` of
 the owned rows over the mesh axis, then a gather of the halo slots), so any compiled layer runs on it with the
 normal fused ops, and its gradient flows back to the owners through the all_gather's transpose (a
-reduce-scatter).
+reduce-scatter). The all_gather moves every owned row to every device (P·S rows each), more than the halo rows
+`jgnn.distributed.choose` counts; a targeted exchange (``ppermute`` of each pair's halo rows) is not built yet.
 """
 
 from __future__ import annotations
