@@ -153,3 +153,13 @@ def test_two_processes_of_four_devices_equal_one_device():
         lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         assert p.returncode == 0 and lines, out + err[-3000:]
         assert lines[0]["devices"] == 8 and max(lines[0]["errors"].values()) <= 1e-5, lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gat", "rgcn"])
+def test_train_distributed_example_losses_equal_one_device(data_dir, model):
+    """examples/train_distributed.py on 8 forced devices: it exits 1 when a loss differs from one device's by more
+    than 1e-5 (relative)."""
+    proc = _run([str(ROOT / "examples" / "train_distributed.py"), "--model", model, "--devices", "8", "--steps", "3"],
+                {"JGNN_DATA_DIR": str(data_dir)}, 900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
