@@ -112,7 +112,9 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     lines = ["# jgnn.distributed scaling (forced host devices)", "",
              f"One GATConv({WIDTH}, 1 head) training step (forward + backward), METIS parts. **Forced host devices "
-             f"share this machine's {os.cpu_count()} CPU cores**: step times show overhead, not speed-up.",
+             f"share this machine's {os.cpu_count()} CPU cores** (with other processes running): step times show "
+             "overhead and noise, not speed-up. Collective bytes: the halo all_gather (every owned row to every "
+             "device) and its backward; halo-row bytes: what a targeted exchange would move.",
              "Reproduce: `JGNN_DATA_DIR=../shared/data python -m benchmarks.scaling`.", "",
              "| graph | nodes | edges | devices | step (s) | collective bytes/step | halo-row bytes/step | edge cut "
              "| cut % | edge imbalance |", "|---|---|---|---|---|---|---|---|---|---|"]
