@@ -19,11 +19,12 @@ Graphs are `jraph.GraphsTuple`s: ``nodes`` leaves ``[N, ...]``, ``edges`` leaves
 * `validate(graph)`: check a graph's indices, dtypes and shapes, with errors naming the field.
 * `GraphLayout.from_graph(graph)`: sorted CSRs built once on the host, passed as ``layer(graph, layout=...)``.
 * `nn`: Flax layers (``GCNConv``, ``GATConv``, ... ``HGTConv``, readouts, pooling) mirroring PyG's.
+* `distributed`: partition a graph over devices (METIS or greedy), halo exchange, training under ``shard_map``.
 * `sampling`: mini-batch loaders (neighbour sampling, ClusterGCN) yielding padded, fixed-shape batches.
 * `datasets`: loaders (Planetoid, TU, RDF entities, knowledge graphs, OGB), generators and converters.
 """
 
-from jgnn import datasets, linkpred, nn, ops, sampling
+from jgnn import datasets, distributed, linkpred, nn, ops, sampling
 from jgnn.compiler import BACKENDS, Compiled, PlanCache, compile, explain
 from jgnn.graph import validate
 from jgnn.layout import GraphLayout, LayoutMismatchError
@@ -42,10 +43,9 @@ from jgnn.neighborhood import (
 from jgnn.report import Pass, Reason, Report
 
 __all__ = [
-    "Aggregation", "BACKENDS", "Compiled", "Hierarchical", "Level", "Neighborhood", "aggregate", "dense_level",
-    "hierarchical", "ragged_level", "GraphLayout", "LayoutMismatchError", "MessagePassing", "Pass", "PlanCache",
-    "Reason",
-    "Report", "UnsupportedMailboxOp", "compile", "datasets", "explain", "max", "mean", "message_passing", "min",
-    "linkpred", "nn", "ops", "sampling", "softmax", "sum", "validate",
+    "Aggregation", "BACKENDS", "Compiled", "GraphLayout", "Hierarchical", "LayoutMismatchError", "Level",
+    "MessagePassing", "Neighborhood", "Pass", "PlanCache", "Reason", "Report", "UnsupportedMailboxOp", "aggregate",
+    "compile", "datasets", "dense_level", "distributed", "explain", "hierarchical", "linkpred", "max", "mean",
+    "message_passing", "min", "nn", "ops", "ragged_level", "sampling", "softmax", "sum", "validate",
 ]
 __version__ = "0.1.0"  # pyproject.toml

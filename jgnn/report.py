@@ -103,6 +103,10 @@ class Reason(enum.StrEnum):
     CACHE_HIT = "cache_hit"
     CACHE_MISS = "cache_miss"
     BUCKETED = "bucketed"
+    # distributed: how a layer's cut edges travel (jgnn.distributed.strategy)
+    SEND_SOURCE_ROWS = "send_source_rows"
+    SEND_PARTIAL_AGGREGATES = "send_partial_aggregates"
+    PARTIALS_NEED_AGGREGATE = "partials_need_aggregate"
 
 
 MESSAGES: dict[Reason, str] = {
@@ -180,6 +184,12 @@ MESSAGES: dict[Reason, str] = {
     Reason.CACHE_HIT: "plan reused ({hits} hits, {misses} misses)",
     Reason.CACHE_MISS: "plan built ({hits} hits, {misses} misses)",
     Reason.BUCKETED: "padded to the ({nodes}, {edges}) bucket",
+    Reason.SEND_SOURCE_ROWS: "cut edges send halo source rows: {source_bytes:.3g} B vs {partial_bytes:.3g} B of "
+                             "partial aggregates",
+    Reason.SEND_PARTIAL_AGGREGATES: "cut edges send partial aggregates per destination: {partial_bytes:.3g} B vs "
+                                    "{source_bytes:.3g} B of halo source rows",
+    Reason.PARTIALS_NEED_AGGREGATE: "partial aggregates would cost {partial_bytes:.3g} B vs {source_bytes:.3g} B, "
+                                    "but an opaque layer can only send source rows (use distributed.aggregate)",
 }
 
 
