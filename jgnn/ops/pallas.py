@@ -419,9 +419,9 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     region = spec.fn
     heads = _heads(msgs[0])
     # A shared operand traced with a leading unit axis (vmap's broadcast of an unbatched value) takes its tile's
-    # row axis there, as a row operand does.
-    traced = [tuple(v.shape) if w and (not v.ndim or v.shape[0] != 1) else tuple(v.shape[1:])
-              for v, w in zip(region.inputs, region.whole, strict=True)]
+    # row axis there, as a row operand does; not when that axis is the head axis of one head.
+    traced = [tuple(v.shape) if w and (not v.ndim or v.shape[0] != 1 or not _leading_axis_is_rows(region, v))
+              else tuple(v.shape[1:]) for v, w in zip(region.inputs, region.whole, strict=True)]
 
     split = split_heads(region, heads)
     for k, t in split.items():
@@ -457,6 +457,14 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
     stat = eo.accumulation_dtype(msgs[0].dtype)
     return [out.reshape((n,) + msgs[1].shape[1:]), m.reshape((n,) + msgs[0].shape[1:]).astype(stat),
             l.reshape((n,) + msgs[0].shape[1:]).astype(stat)]
+
+
+def _leading_axis_is_rows(region, v) -> bool:
+    """Whether a shared operand's leading unit axis lines up with the rows where the region uses it: it does,
+    unless every use broadcasts that axis to a later one (a ``[1]`` vector of one head's values, say)."""
+    uses = [op for op in region.ops if any(isinstance(a, ir.Value) and a.id == v.id for a in op.inputs)]
+    return not uses or any(op.prim is not lax.broadcast_in_dim_p or op.params["broadcast_dimensions"][0] == 0
+                           for op in uses)
 
 
 def _per_head_op(spec, operands, place, slots, col_group, row_group, csr, n, msgs, interpret):
