@@ -107,7 +107,8 @@ def _layer_loss(module, variables, graph, layout, **apply):
 @pytest.mark.parametrize("name", ["gat", pytest.param("gatv2", marks=pytest.mark.slow)])
 def test_attention_layers_with_self_loops_match_reference(name, dtype, sizes, monkeypatch):
     """GAT/GATv2 with their appended self-loops (a per-edge bool that masks existing loops, a per-row scalar in
-    the attention tiles), with one head too (its ``[1]`` attention vectors crashed the kernel), on duplicate edges (tied scores), isolated nodes and a hub: interpret-mode forward and
+    the attention tiles), with one head too (its ``[1]`` attention vectors crashed the kernel), on duplicate
+    edges (tied scores), isolated nodes and a hub: interpret-mode forward and
     gradient equal the reference; the forward attention runs on the kernel, and so does the backward
     (`SoftmaxRowDot`, `SoftmaxVjp` on the per-head kernels) when every size is a power of two."""
     with x64() if dtype == jnp.float64 else contextlib.nullcontext():
