@@ -108,10 +108,12 @@ class GraphLayout:
     pair_groups: tuple[tuple[int, int, int], ...] = ()
     node_groups: tuple[tuple[int, int, int], ...] = ()
     node_digest: str = ""
+    looped_digest: str = ""  # self_loops: the fingerprint of the edges with the loops, which a layer's inner call sees
 
     def tree_flatten(self):
         return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed,
-                                                      self.pair_groups, self.node_groups, self.node_digest)
+                                                      self.pair_groups, self.node_groups, self.node_digest,
+                                                      self.looped_digest)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -127,9 +129,10 @@ class GraphLayout:
         valid = np.asarray(jraph.get_edge_padding_mask(graph)) if padded else np.ones(senders.shape, bool)
         types = graph_lib.edge_types(graph)
         types = None if types is None else np.asarray(types)
-        digest = fingerprint(senders, receivers, types)
+        digest, looped_digest = fingerprint(senders, receivers, types), ""
         if self_loops:
             senders, receivers, _ = append_self_loops(senders, receivers, graph.n_node, graph.n_edge, n, np)
+            looped_digest = fingerprint(senders, receivers)
             loops_valid = np.asarray(jraph.get_node_padding_mask(graph)) if padded else np.ones(n, bool)
             valid = np.concatenate([valid, loops_valid])  # a padding node's loop is padding
             types = None  # the self-loop relation is the layer's choice: typed pairs describe the graph's own edges
@@ -138,7 +141,7 @@ class GraphLayout:
         node_types = graph_lib.node_types(graph)
         node_groups = _node_runs(node_types)
         return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs), node_groups=node_groups,
-                   node_digest=_node_digest(node_types) if node_groups else "")
+                   node_digest=_node_digest(node_types) if node_groups else "", looped_digest=looped_digest)
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""
@@ -161,7 +164,7 @@ class GraphLayout:
         types = None if arrays[2] is None else np.asarray(arrays[2])
         senders, receivers = (graph.receivers, graph.senders) if self.reversed else (graph.senders, graph.receivers)
         if self.digest and fingerprint(senders, receivers, None if self.reversed else types) != self.digest \
-                and fingerprint(senders, receivers) != self.digest:
+                and fingerprint(senders, receivers) not in (self.digest, self.looped_digest):
             raise LayoutMismatchError("the GraphLayout was built for another graph: this graph's senders, receivers "
                                       "or edge types differ (build it with GraphLayout.from_graph(graph))")
         node_types = graph_lib.node_types(graph)

@@ -140,6 +140,22 @@ def test_a_layout_belongs_to_its_graph():
     tree_close(got, (layer(g1).nodes, layer(g2).nodes))
 
 
+@pytest.mark.parametrize("cls", [jnn.GATConv, jnn.GCNConv])
+def test_self_loop_layout_is_accepted_by_layers_called_eagerly(cls):
+    """A layout built with ``self_loops=True`` is for layers that append loops: called eagerly, the inner
+    compiled call checks it against the looped edges (it raised LayoutMismatchError); another graph's still
+    raises."""
+    rng = np.random.default_rng(6)
+    g, other = random_graph(rng, 12, 40, 3), random_graph(rng, 12, 40, 3)
+    g, other = g._replace(nodes=g.nodes["h"]), other._replace(nodes=other.nodes["h"])
+    module = cls(4, backend="xla")
+    params = module.init(jax.random.key(0), g)
+    layout = jgnn.GraphLayout.from_graph(g, self_loops=True)
+    tree_close(module.apply(params, g, layout=layout), module.apply(params, g))
+    with pytest.raises(jgnn.LayoutMismatchError):
+        module.apply(params, other, layout=layout)
+
+
 def test_new_layers_with_new_parameters_reuse_the_plan():
     """A Flax module makes a new layer per apply; new parameters, same structure: one plan."""
     rng = np.random.default_rng(5)

@@ -91,8 +91,7 @@ def _attention_layer(name: str, backend: str, features: int = 4, heads: int = 2,
 
 
 def _layer_loss(module, variables, graph, layout, **apply):
-    # jitted, as a training step is: eagerly, a layout built with self_loops=True is checked against the looped
-    # graph's concrete edges, whose fingerprint differs from the graph's (jgnn.layout; reported, not fixed here)
+    # jitted, as a training step is
     @jax.jit
     def loss(x):
         out = module.apply(variables, graph._replace(nodes={"h": x}), layout=layout, **apply).nodes["h"]
