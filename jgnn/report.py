@@ -45,6 +45,8 @@ class Reason(enum.StrEnum):
     SPLIT_DIM_NOT_CONTRACTED = "split_dim_not_contracted"
     REASSOCIATED = "reassociated"
     REASSOCIATION_COSTS_MORE = "reassociation_costs_more"
+    MATMUL_BEFORE_REDUCTION = "matmul_before_reduction"
+    MATMUL_DOES_NOT_NARROW = "matmul_does_not_narrow"
     DIFFERENT_TYPE_INDICES = "different_type_indices"
     # broadcast reordering
     LIFTED = "lifted"
@@ -121,6 +123,9 @@ MESSAGES: dict[Reason, str] = {
     Reason.SPLIT_DIM_NOT_CONTRACTED: "concatenate feeding dot_general along a dimension that is not contracted",
     Reason.REASSOCIATED: "{form} → {to}: {before:.3g} → {after:.3g} FLOPs",
     Reason.REASSOCIATION_COSTS_MORE: "{form}: reassociating costs more ({before:.3g} vs {after:.3g} FLOPs)",
+    Reason.MATMUL_BEFORE_REDUCTION: "{form} → segment(rows @ W): the {edges} edges carry {d_out} values, not "
+                                    "{d_in}",
+    Reason.MATMUL_DOES_NOT_NARROW: "{form}: W does not narrow the rows ({d_in} → {d_out}), reduced first",
     Reason.DIFFERENT_TYPE_INDICES: "(x @ W[t]) @ a[s] through different type indices: no per-type product",
     Reason.LIFTED: "{op} on {index}-gathered rows moved to the nodes: {edges}→{rows} rows, "
                    "est. {before:.3g} → {after:.3g} FLOP+elem",

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import jraph
 import numpy as np
 import pytest
+from checks import check_against_reference, x64
 from graph_cases import pad, random_graph, real_nodes
 from models import make_edgeconv, make_gat, make_gcn, make_hgt, make_rgcn
 
@@ -278,6 +279,34 @@ def test_linear_reorder_skips_when_it_costs_more():
     reference = jgnn.message_passing(lambda s, d, e: (s["h"] @ A) @ B, None, lambda n, agg: {"h": agg},
                                      backend="reference")
     np.testing.assert_allclose(layer(graph).nodes["h"], reference(graph).nodes["h"], **TOL)
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean"])
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+def test_narrowing_matmul_moves_before_the_reduction(kind, backend):
+    """GraphSAGE on wide features, ``mean(h[src]) @ W`` with W 41 → 7: the matmul moves before the reduction
+    and then to the nodes, so the fused op reduces 7-wide edge rows, not 41-wide ones; values, grad and jvp equal
+    the reference (isolated nodes and a hub, f64). W 7 → 41 keeps the reduction first."""
+    rng = _rng()
+    with x64():
+        graph = random_graph(rng, 30, 150, 41, isolated=3, hub=20, duplicates=5, dtype=jnp.float64)
+        narrow, wide = (jnp.asarray(rng.normal(size=s), jnp.float64) for s in ((41, 7), (7, 41)))
+
+        def layer(w, backend):
+            reduce = getattr(jgnn, kind)
+            return jgnn.message_passing(lambda s, d, e: s["h"], lambda mb, n: reduce(mb),
+                                        lambda n, agg: {"h": agg @ w}, backend=backend)
+
+        report = jgnn.explain(layer(narrow, backend), graph)
+        (moved,) = [d for d in report.decisions if d.code == Reason.MATMUL_BEFORE_REDUCTION]
+        assert moved.applied and (moved.get("d_in"), moved.get("d_out")) == (41, 7)
+        assert [d.get("shape") for d in report.decisions if d.code == Reason.FUSED_REDUCE] == [[150, 7]]
+        nodes = lambda b: (lambda g: layer(narrow, b)(g).nodes)
+        check_against_reference(nodes(backend), nodes("reference"), graph, dtype=jnp.float64)
+        graph7 = graph._replace(nodes={"h": graph.nodes["h"][:, :7]})
+        report = jgnn.explain(layer(wide, backend), graph7)
+        assert Reason.MATMUL_DOES_NOT_NARROW in report.codes(Pass.LINEAR_REORDER, applied=False)
+        assert Reason.MATMUL_BEFORE_REDUCTION not in report.codes(Pass.LINEAR_REORDER)
 
 
 def test_traced_scalar_constants_under_grad():

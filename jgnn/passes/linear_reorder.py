@@ -1,13 +1,19 @@
-"""``linear_reorder``: ``(x @ A) @ B → x @ (A @ B)`` when both right operands are weights (Hector).
+"""``linear_reorder``: ``(x @ A) @ B → x @ (A @ B)`` when both right operands are weights (Hector), and a shared
+matmul moved before the linear reduction it follows.
 
-Two forms:
+Three forms:
 
 * shared weights: ``A`` and ``B`` carry no graph axis; ``A @ B`` is formed once;
 * typed weights: ``A = W[t]`` and ``B = a[t]`` gathered through the same type index (``(h[src] @ W_r) · a_r``
   in relational attention); the per-type product ``W_r @ a_r`` is formed for the R types and gathered per
-  row, so the ``[rows, d_mid]`` intermediate is never built.
+  row, so the ``[rows, d_mid]`` intermediate is never built;
+* through a reduction: ``segment(x[ids], sum|mean) @ W → segment(x[ids] @ W, sum|mean)`` when ``W`` narrows
+  the rows (``d_out < d_in``, GraphSAGE on wide features; DGL's ``SAGEConv`` does this by hand). The edges then
+  carry ``d_out`` values, not ``d_in``, and `broadcast_reorder` lifts ``x[ids] @ W`` to ``(x @ W)[ids]``.
+  Exact in real arithmetic (a mean is a sum times a per-row constant; an empty row is 0 both ways for finite
+  ``W``); in floats the sum is reassociated, as every linear rewrite here does.
 
-Applied only when the FLOP count drops: ``rows·(d_in·d_mid + d_mid·d_out)`` against
+The first two are applied only when the FLOP count drops: ``rows·(d_in·d_mid + d_mid·d_out)`` against
 ``k·d_in·d_mid·d_out + rows·d_in·d_out`` with ``k`` = 1 (shared) or R (typed). The decision is reported.
 """
 
@@ -17,6 +23,8 @@ import numpy as np
 from jax import lax
 
 from jgnn import ir
+from jgnn.ops.gather import gather_p
+from jgnn.ops.segment import segment_p
 from jgnn.passes.context import Builder, Context
 from jgnn.passes.typed_matmul import typed_table
 from jgnn.report import Pass, Reason
@@ -43,7 +51,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by, users = ir.producers(program), ir.users(program)
     b = Builder(program, ctx)
     for op2 in program.ops:
-        if not _reorder(op2, ctx, made_by, users, b):
+        if not (_reorder(op2, ctx, made_by, users, b) or _through_reduction(op2, ctx, made_by, users, b)):
             b.emit(op2)
     return b.finish()
 
@@ -101,4 +109,40 @@ def _reorder(op2: ir.Op, ctx: Context, made_by, users, b: Builder) -> bool:
     b.bind(lax.dot_general_p, [x, rows_w], op2.params, outputs=op2.outputs)
     ctx.applied(Pass.LINEAR_REORDER, Reason.REASSOCIATED, form=form, to="x @ (W @ a)[type]", before=before,
                 after=after)
+    return True
+
+
+_SHAPE_ONLY = (lax.reshape_p, lax.broadcast_in_dim_p, lax.squeeze_p, lax.convert_element_type_p)
+
+
+def _gathered(x: ir.Atom, made_by) -> ir.Op | None:
+    """The gather ``x`` reads node rows through, past shape-only ops (``vmap(phi)`` adds some), else None."""
+    op = made_by.get(x.id) if isinstance(x, ir.Value) else None
+    while op is not None and op.prim in _SHAPE_ONLY:
+        op = made_by.get(op.inputs[0].id) if isinstance(op.inputs[0], ir.Value) else None
+    return op if op is not None and op.prim is gather_p else None
+
+
+def _through_reduction(op: ir.Op, ctx: Context, made_by, users, b: Builder) -> bool:
+    """``segment(x[ids], sum|mean) @ W → segment(x[ids] @ W, sum|mean)`` (module docstring, third form). The
+    old segment is left without users for `dce`."""
+    if op.prim is not lax.dot_general_p or not isinstance(op.inputs[0], ir.Value) or not _plain(op):
+        return False
+    seg, w = made_by.get(op.inputs[0].id), op.inputs[1]
+    if seg is None or seg.prim is not segment_p or seg.params["kind"] not in ("sum", "mean") \
+            or len(users.get(seg.outputs[0].id, [])) != 1 or not ctx.is_shared(w) or w.ndim != 2:
+        return False
+    x, ids = seg.inputs
+    rows = _gathered(x, made_by)
+    if rows is None or not np.issubdtype(x.dtype, np.floating):
+        return False
+    d_in, d_out = w.shape
+    form = f"segment({rows.params['index'].value}-gathered rows, {seg.params['kind']}) @ W"
+    if d_out >= d_in:
+        ctx.skipped(Pass.LINEAR_REORDER, Reason.MATMUL_DOES_NOT_NARROW, form=form, d_in=d_in, d_out=d_out)
+        return False
+    (y,) = b.bind(lax.dot_general_p, [x, w], op.params)
+    b.bind(segment_p, [y, ids], seg.params, outputs=op.outputs)
+    ctx.applied(Pass.LINEAR_REORDER, Reason.MATMUL_BEFORE_REDUCTION, form=form, d_in=d_in, d_out=d_out,
+                edges=int(x.shape[0]))
     return True
