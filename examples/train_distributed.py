@@ -34,8 +34,12 @@ def _args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-ARGS = _args()
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={ARGS.devices}"
+# Parsed before JAX starts: the forced host device count must be in XLA_FLAGS by then. Imported (the README
+# flag check), the module parses nothing here and `main` parses its own argv.
+ARGS = _args() if __name__ == "__main__" else None
+if ARGS is not None:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + f" --xla_force_host_platform_device_count={ARGS.devices}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import flax.linen as nn  # noqa: E402
@@ -101,7 +105,10 @@ def train(step, params, opt_state, steps, *data):
     return losses
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    global ARGS
+    if argv is not None or ARGS is None:
+        ARGS = _args(argv)
     if ARGS.coordinator:
         if hasattr(jax.config, "jax_cpu_collectives_implementation"):
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
