@@ -45,6 +45,8 @@ def array_literal(x) -> str:
         blob = base64.b64encode(zlib.compress(np.ascontiguousarray(x).tobytes(), 9)).decode()
         wrapped = "\n".join(textwrap.wrap(blob, 100))
         return f'unpack("""{wrapped}""", {dt}, {x.shape})'
+    if x.size == 0:  # a nested list cannot say the shape of an empty array ([] is (0,), not (0, F))
+        return f"np.zeros({x.shape}, {dt})"
     if x.dtype == ml_dtypes.bfloat16:
         return f"np.array({_nested(x.astype(np.float32))}, np.float32).astype({dt})"
     return f"np.array({_nested(x)}, {dt})"
