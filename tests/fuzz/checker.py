@@ -148,8 +148,9 @@ def _compiled(program, backend: str, mode: str):
                        tangents)[1]
 
     def vmap(treedef, mask, floats, others, params):
-        """The layer mapped over a leading axis of stacked parameters."""
-        return jax.vmap(lambda p: forward(treedef, mask, floats, others, p))(params)
+        """The layer mapped over a leading axis of two stacked parameter sets (a program without parameters maps
+        over nothing: ``axis_size`` says how many)."""
+        return jax.vmap(lambda p: forward(treedef, mask, floats, others, p), axis_size=2)(params)
 
     def shard_map(treedef, mask, floats, others, params):
         """The layer inside shard_map over a one-device mesh (replicated in and out)."""

@@ -108,7 +108,7 @@ def run(backend):
         return {"forward": jax.jit(f)(floats, params)}
     if MODE == "vmap":  # two stacked parameter sets
         stacked = jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), params)
-        return {"vmap": jax.jit(jax.vmap(lambda p: f(floats, p)))(stacked)}
+        return {"vmap": jax.jit(jax.vmap(lambda p: f(floats, p), axis_size=2))(stacked)}
     if MODE == "shard_map":
         mesh, spec = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",)), jax.sharding.PartitionSpec()
         return {"shard_map": jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))(floats, params)}
