@@ -371,10 +371,14 @@ PARTS = {"both": (("forward", lambda r: r[0]), ("grad", lambda r: r[1]), ("jvp",
 DERIVATIVES = frozenset({"grad", "jvp"})
 # Graphs whose ids leave [0, n): jnp indexing clamps such a read (x[ids] is a PROMISE_IN_BOUNDS gather), but
 # JAX's reverse mode drops its cotangent (the scatter that transposes it drops out-of-range rows), so the
-# reference's `jax.vjp` disagrees with its own `jax.jvp` and with finite differences. jgnn's gradients are the
-# derivative of the forward pass; for these graphs the reference gradient is ``ctᵀ J`` by forward mode. A Jacobian
-# has NaN where reverse mode never forms a product (inf · 0 inside ``J``), so only finite positions are compared.
-FORWARD_MODE_GRAD_FLAGS = frozenset({"out_of_range"})
+# reference's `jax.vjp` disagrees with its own `jax.jvp` and with finite differences. Negative ids: jnp indexing
+# wraps the read, jax.ops.segment_* drops the edge, so an edge's value can be computed and never used (jraph's
+# softmax subtracts the wrapped row's max, which excludes the edge: exp overflows); reverse mode multiplies its
+# zero cotangent by that infinite partial (0 · inf = NaN, in float64 too), forward mode drops it (campaign
+# 20261124: 180 jraph GAT cases, jgnn equal to ``ctᵀ J``). jgnn's gradients are the derivative of the forward pass;
+# for these graphs the reference gradient is ``ctᵀ J`` by forward mode. A Jacobian has NaN where reverse mode never
+# forms a product (inf · 0 inside ``J``), so only finite positions are compared.
+FORWARD_MODE_GRAD_FLAGS = frozenset({"out_of_range", "negative"})
 PART_OF_MODE = {"vjp": "grad", "jvp": "jvp", "forward": "forward", "vmap": "vmap", "shard_map": "shard_map",
                 "hvp": "hvp"}
 
