@@ -194,7 +194,9 @@ def typed_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, gather_i
     if impl == "ragged_dot":
         rows = x if gather_idx is None else x[gather_idx]
         dtype = jnp.result_type(x.dtype, w.dtype)
-        return compat.ragged_dot(rows, w, group_sizes).astype(dtype)
+        # Accumulate in float32 at least, and in the inputs' own type when it is wider (float64, complex).
+        acc = jnp.promote_types(dtype, jnp.float32)
+        return compat.ragged_dot(rows, w, group_sizes, preferred_element_type=acc).astype(dtype)
     raise ValueError(f"impl must be 'pallas', 'ragged_dot' or 'auto', got {impl!r}")
 
 

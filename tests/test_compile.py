@@ -100,6 +100,28 @@ def test_explain_takes_a_flax_module_and_its_dropout_rng():
     assert [k.op for k in report.kernels] == ["attention"]  # (l) attention dropout keeps the fused attention
 
 
+def test_explain_with_a_dropout_key_made_inside_the_function():
+    """``jax.random.PRNGKey(3)`` inside the explained function makes key-typed scalars from literals; constant
+    folding turned them into NumPy arrays, which keys cannot be (explain crashed; fuzz campaign 20261124, 15
+    cases)."""
+    rng = np.random.default_rng(3)
+    g = random_graph(rng, 9, 30, 8)
+    w = jnp.asarray(rng.normal(size=(8, 8)), jnp.float32)
+
+    def fn(g):
+        key = jax.random.PRNGKey(3)
+
+        def phi(s, d, e):
+            keep = jax.random.uniform(key, (8,), jnp.float32) < 0.75
+            return {"m": jnp.where(keep, d["h"] @ w / 0.75, 0.0)}
+
+        return jgnn.message_passing(phi, lambda mb, node: {"a": jgnn.sum(mb["m"])}, backend="reference")(g).nodes
+
+    report = jgnn.explain(fn, g)
+    assert not report.fallbacks
+    tree_close(jgnn.compile(fn)(g), fn(g))
+
+
 def test_explain_passes_a_layout_to_the_flax_module():
     """``layout=`` is the module's argument (its layers read it), not the outer function's: a layout built without
     the self-loops GATConv appends is the module's error to name."""

@@ -89,6 +89,28 @@ def test_reductions_and_empty_mailboxes(kind):
     assert np.all(out[-3:] == 0), "isolated nodes reduce to 0 (documented)"
 
 
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+def test_derivatives_of_a_fused_custom_jvp_op_without_edges(backend):
+    """E = 0 with jax.nn.relu (a custom_jvp call) in phi: the derived edge ops' operand pruning traced the region
+    at one row, which a custom call's body (fixed at its traced zero rows) cannot run at (fuzz campaign
+    20261124, 320 cases)."""
+    rng = _rng()
+    graph = random_graph(rng, 5, 0, 8, isolated=0, duplicates=0)
+    w = jnp.asarray(rng.normal(size=(8, 8)), jnp.float32)
+
+    def run(backend, h, w):
+        layer = jgnn.message_passing(lambda s, d, e: {"m": jax.nn.relu(d["h"] @ w)},
+                                     lambda mb, node: {"a": jgnn.sum(mb["m"])}, backend=backend)
+        return layer(graph._replace(nodes={"h": h})).nodes["a"]
+
+    h = graph.nodes["h"]
+    for b in ("reference", backend):
+        _, tangent = jax.jit(lambda h, w, b=b: jax.jvp(lambda h, w: run(b, h, w), (h, w), (h, w)))(h, w)
+        grads = jax.jit(jax.grad(lambda h, w, b=b: run(b, h, w).sum(), argnums=(0, 1)))(h, w)
+        np.testing.assert_array_equal(tangent, np.zeros((5, 8), np.float32))
+        np.testing.assert_array_equal(grads[1], np.zeros((8, 8), np.float32))
+
+
 def test_jraph_padding_does_not_change_real_nodes():
     rng = _rng()
     graph = random_graph(rng, 10, 30, 7)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -83,11 +84,26 @@ def test_half_precision(dtype):
     check_against_reference(op, lambda x, w: reference(x, w, types), x, table, dtype=dtype, grad=False)
 
 
-def test_float64():
+# pallas_interpret: jax.lax.ragged_dot accumulated float64 in float32 (fuzz campaign 20261124, 700 cases).
+@pytest.mark.parametrize("impl", ["sorted_blocks", "pallas_interpret"])
+def test_float64(impl):
     with x64():
         x, table, types = case(np.random.default_rng(5), 30, 3, 602, 7, dtype=jnp.float64)
-        check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="sorted_blocks", block=8),
+        check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl=impl, block=8),
                                 lambda x, w: reference(x, w, types), x, table)
+
+
+@pytest.mark.parametrize("axes", [(None, 0), (0, None), (0, 0)])
+def test_pallas_under_vmap(axes):
+    """jax.lax.ragged_dot has no batching rule: vmapped over stacked weights or rows, the Pallas backends crashed
+    (fuzz campaign 20261124, 15 cases)."""
+    rng = np.random.default_rng(6)
+    x, table, types = case(rng, 21, 3, 5, 4)
+    stack = lambda a: jnp.stack([a, 2.0 * a[::-1]])
+    args = [stack(a) if ax == 0 else a for a, ax in zip((x, table), axes, strict=True)]
+    batched = lambda f: jax.vmap(f, in_axes=axes)
+    check_against_reference(batched(lambda x, w: tm.typed_matmul(x, w, types, impl="pallas_interpret")),
+                            batched(lambda x, w: reference(x, w, types)), *args, terms=5)
 
 
 @pytest.mark.parametrize("heads", [(), (3,)])

@@ -254,7 +254,7 @@ def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
     shapes = tuple(_trailing(jax.ShapeDtypeStruct(np.shape(x), x.dtype) if not hasattr(x, "aval") else
                              x.aval, g) for x, g in zip(operands, spec.groups, strict=True))
     whole = tuple(g == Group.SHARED for g in spec.groups)
-    used = ef.reads(spec.fn, shapes, whole, max(spec.num_edges, 1))
+    used = ef.reads(spec.fn, shapes, whole, spec.num_edges)
     rowwise = [k for k, w in enumerate(whole) if not w]
     if rowwise and not any(used[k] for k in rowwise):
         used[rowwise[0]] = True  # one operand with rows tells the edge function how many edges a block has

@@ -201,7 +201,13 @@ def _jvp(primals, tangents, *, impl, block, groups):
     return out, tangent
 
 
+# jax.lax.ragged_dot (the Pallas backends' typed matmul) has no batching rule for any operand: vmapped, they run
+# sorted_blocks.
+_BATCHED_IMPL = {"pallas": "sorted_blocks", "pallas_interpret": "sorted_blocks"}
+
+
 def _batch(args, dims, *, impl, block, groups):
+    impl = _BATCHED_IMPL.get(impl, impl)
     moved = [batching.bdim_at_front(a, d, next(np.shape(b)[e] for b, e in zip(args, dims, strict=True)
                                                if e is not compat.not_mapped))
              if d is not compat.not_mapped else a for a, d in zip(args, dims, strict=True)]

@@ -73,7 +73,8 @@ def fold(program: ir.Program, ctx: Context) -> ir.Program:
         op.inputs = tuple(b.read(a) for a in op.inputs)
         if (op.inputs and all(isinstance(a, ir.Const) for a in op.inputs) and len(op.outputs) == 1
                 and op.outputs[0].ndim == 0 and not op.effects and not op.prim.multiple_results
-                and op.prim not in (compat.CUSTOM_JVP, compat.CUSTOM_VJP)):
+                and op.prim not in (compat.CUSTOM_JVP, compat.CUSTOM_VJP)
+                and not jax.dtypes.issubdtype(op.outputs[0].dtype, jax.dtypes.extended)):  # a key is no NumPy literal
             value = _evaluate(op)
             if value is None:
                 b.emit(op)

@@ -45,6 +45,8 @@ def array_literal(x) -> str:
         blob = base64.b64encode(zlib.compress(np.ascontiguousarray(x).tobytes(), 9)).decode()
         wrapped = "\n".join(textwrap.wrap(blob, 100))
         return f'unpack("""{wrapped}""", {dt}, {x.shape})'
+    if x.size == 0:  # a nested list cannot say the shape of an empty array ([] is (0,), not (0, F))
+        return f"np.zeros({x.shape}, {dt})"
     if x.dtype == ml_dtypes.bfloat16:
         return f"np.array({_nested(x.astype(np.float32))}, np.float32).astype({dt})"
     return f"np.array({_nested(x)}, {dt})"
@@ -106,7 +108,7 @@ def run(backend):
         return {"forward": jax.jit(f)(floats, params)}
     if MODE == "vmap":  # two stacked parameter sets
         stacked = jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), params)
-        return {"vmap": jax.jit(jax.vmap(lambda p: f(floats, p)))(stacked)}
+        return {"vmap": jax.jit(jax.vmap(lambda p: f(floats, p), axis_size=2))(stacked)}
     if MODE == "shard_map":
         mesh, spec = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",)), jax.sharding.PartitionSpec()
         return {"shard_map": jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))(floats, params)}

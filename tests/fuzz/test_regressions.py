@@ -45,6 +45,10 @@ CASES = {
     # `jgnn.ops.attention_tangent` now forms each edge's cotangent first, as jraph's backward does.
     "gat_tied_duplicates_grad": Case(_jraph_gat(), "float32", GraphSpec("dense", frozenset(), 314),
                                      ValueSpec(65535, "huge", ())),
+    # Campaign 20261124: negative ids with float32 features near 1e19. The reference's reverse mode gave NaN
+    # (0 · inf on an edge that jraph's softmax computes and its segment_sum drops); jgnn equals ``ctᵀ J``.
+    "gat_negative_ids_grad": Case(_jraph_gat(), "float32", GraphSpec("small", frozenset({"isolated", "negative"}), 0),
+                                  ValueSpec(0, "huge", ())),
 }
 
 

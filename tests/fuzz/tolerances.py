@@ -6,6 +6,10 @@ the linear rewrites distribute sums over products (the gradient of ``(h @ W)[src
 node before multiplying by ``h``), so an infinite input times cotangents ``0`` and ``c`` is ``inf·0 + inf·c =
 NaN`` in the reference and ``inf·(0 + c) = inf`` after the rewrite.
 
+Where the reference is NaN or ±inf but the float64 oracle is finite (the reference overflowed in its own dtype,
+e.g. an inf − inf of two 1e38 terms), a finite backend value is compared with the oracle instead; forward values
+of cases with scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`).
+
 At positions where both are finite, values are compared row by row (the leading axis: one node, edge or
 parameter slice). With ``r`` the reference and ``b`` the backend, a row passes when it is within rounding of
 the reference:
