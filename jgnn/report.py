@@ -82,6 +82,7 @@ class Reason(enum.StrEnum):
     NOT_LANEWISE = "not_lanewise"
     NOT_ZERO_PADDING_SAFE = "not_zero_padding_safe"
     UNSUPPORTED_DTYPE = "unsupported_dtype"
+    NO_EDGES = "no_edges"
     CSR_FROM_LAYOUT = "csr_from_layout"
     CSR_SORTED_IN_PROGRAM = "csr_sorted_in_program"
     # analysis / fallback
@@ -168,6 +169,7 @@ MESSAGES: dict[Reason, str] = {
     Reason.NOT_LANEWISE: "{op}: runs on XLA: the edge function is not lane-wise ({prim})",
     Reason.NOT_ZERO_PADDING_SAFE: "{op}: runs on XLA: its scores are not safe on zero-padded lanes",
     Reason.UNSUPPORTED_DTYPE: "{op}: runs on XLA: the Pallas kernels take floating point, not {dtype}",
+    Reason.NO_EDGES: "{op}: runs on XLA: no edges, nothing for a kernel to walk",
     Reason.CSR_FROM_LAYOUT: "CSR from the GraphLayout passed in",
     Reason.CSR_SORTED_IN_PROGRAM: "CSR sorted inside the program (pass a GraphLayout to sort once on the host)",
     Reason.DATA_DEPENDENT_GATHER: "gather with data-dependent indices (not derived from the graph's index arrays)",

@@ -194,6 +194,8 @@ def attention_fits(region: ef.RegionFn, heads: int) -> tuple[Reason, dict] | Non
 
 def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
     """None when the kernels can run ``spec``; else (reason, report parameters)."""
+    if spec.num_edges == 0:  # its edge function is traced at 0 rows (a custom_jvp body is fixed there)
+        return Reason.NO_EDGES, {"edges": 0}
     region = _base_region(spec.fn)
     if region is None or isinstance(spec.fn, ef.Batched | ef.PyFn):
         return Reason.NOT_LANEWISE, {"prim": "a derived or batched edge function"}
