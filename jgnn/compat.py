@@ -122,6 +122,50 @@ def match_vma(args):
     return list(args)  # pragma: no cover
 
 
+def vary_like(values, like) -> list:
+    """``values`` cast to vary over every mesh axis that some of ``like`` varies over (inside ``shard_map``).
+
+    For constants that stand in for an operand: they must have the operand's type, which inside an edge function
+    is that of the other rows (`match_vma` cast every operand of the op alike). Left unvarying, a zero at which
+    a function is differentiated gets cast where it meets the varying rows, inside the function, and the
+    pullback transposes that cast into a ``psum`` of the cotangent over the mesh axis.
+    """
+    values = list(values)
+    return match_vma([*values, *like])[:len(values)]
+
+
+def _unvarying(aval):
+    """``aval`` without the mesh axes it varies over."""
+    if not _varying(aval):
+        return aval
+    if hasattr(aval, "update_manual_axis_type"):
+        from jax._src import core
+
+        return aval.update_manual_axis_type(core.empty_mat)
+    return aval.update(vma=frozenset())  # pragma: no cover - other JAX
+
+
+def local_lowering(fn: Callable, *, multiple_results: bool) -> Callable:
+    """``mlir.lower_fun(fn)`` for a primitive that computes on one shard's values alone (no collective), traced
+    as outside ``shard_map``: its operands' types without the mesh axes they vary over.
+
+    Inside ``shard_map`` a lowering rule sees the operands' varying types. JAX's Pallas HLO interpreter
+    (``interpret=True``) evaluates the kernel, traced without them, on those varying blocks and fails on the
+    first op mixing a block with a grid index; and a lowering that differentiates (an edge op's pullback) would
+    turn any varying mismatch into a ``psum``: an all-reduce hidden inside the op.
+    """
+    from jax.interpreters import mlir
+
+    lowered = mlir.lower_fun(fn, multiple_results=multiple_results)
+
+    def rule(ctx, *args, **params):
+        ctx = ctx.replace(avals_in=[_unvarying(a) for a in ctx.avals_in],
+                          avals_out=[_unvarying(a) for a in ctx.avals_out])
+        return lowered(ctx, *args, **params)
+
+    return rule
+
+
 def dce_reads(closed: jcore.ClosedJaxpr, n_inputs: int) -> list[bool] | None:
     """Which of the first ``n_inputs`` inputs a jaxpr's outputs depend on (JAX's internal DCE); None when this
     JAX moved it."""

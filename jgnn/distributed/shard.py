@@ -107,9 +107,7 @@ def run(fn: Callable, pg: PartitionedGraph, mesh: Mesh, structure_arrays: dict, 
         return fn(local, shared, owned)
 
     split, rep = PartitionSpec(axis), PartitionSpec()
-    # check_vma=False: with the checks on, the fused ops' backward mixes varying cotangents with unvarying
-    # traced specs (RGCN: a crash for aggr="sum", WRONG gradients for "mean" on 2+ devices). Unchecked,
-    # shard_map sums the cotangents of the replicated inputs over the axis, which is the gradient wanted.
-    return jax.shard_map(body, mesh=mesh, in_specs=(split, rep, split), out_specs=split,
-                         check_vma=False)(
+    # With shard_map's varying-axes checks (its default), a replicated parameter is cast to vary where it meets a
+    # part's values, and the transpose of that cast sums its cotangent over the axis: the gradient wanted.
+    return jax.shard_map(body, mesh=mesh, in_specs=(split, rep, split), out_specs=split)(
         structure_arrays, shared, nodes)

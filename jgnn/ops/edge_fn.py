@@ -138,6 +138,7 @@ class Vjp(EdgeFn):
         shape = lambda k: (np.shape(with_rows[0]) if lanes else (block,) + tuple(self.shapes[k].shape))
         zeros = [jnp.zeros(self.shapes[k].shape if self.whole[k] and not lanes else shape(k), self.shapes[k].dtype)
                  for k in self.wrt]
+        zeros = compat.vary_like(zeros, rows)  # else the pullback psums the cotangents over a shard_map axis
         it = iter(known)
         args = [None] * self.base.n_in
         for k in range(self.base.n_in):
@@ -498,7 +499,7 @@ class Pruned(EdgeFn):
                 args.append(jnp.zeros(np.shape(with_rows[0]), s.dtype))
             else:
                 args.append(jnp.zeros(s.shape if w or block is None else (block,) + tuple(s.shape), s.dtype))
-        return self.base.apply(args, lanes=lanes)
+        return self.base.apply(compat.vary_like(args, rows), lanes=lanes)
 
 
 def reads(fn: EdgeFn, shapes, whole, rows: int) -> list[bool]:

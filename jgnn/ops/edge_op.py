@@ -370,8 +370,8 @@ def _batch(args, dims, *, spec: EdgeSpec):
         # A batch of different graphs: run the reference under vmap (no shared structure to keep).
         moved = [batching.bdim_at_front(x, d, size) if mapped(d) else x for x, d in zip(args, dims, strict=True)]
         in_axes = [0 if mapped(d) else None for d in dims]
-        return jax.vmap(functools.partial(reference, spec=spec), in_axes=in_axes)(*moved), [0] * len(
-            _abstract_eval(*args, spec=spec))
+        outs = jax.vmap(functools.partial(reference, spec=spec), in_axes=in_axes)(*moved)
+        return outs, [0] * len(outs)  # (not _abstract_eval of the batched args: their shapes carry the batch)
     axes = tuple((1 if g in ROWWISE else 0) if mapped(d) else None for g, d in zip(spec.groups, d_ops, strict=True))
     moved = [jnp.moveaxis(x, d, a) if a is not None else x for x, d, a in zip(operands, d_ops, axes, strict=True)]
     whole_out = spec.over == Group.ALL and spec.reduce != Reduce.NONE
@@ -401,7 +401,7 @@ def residency(op, infos, ctx):
 def _lowering(ctx, *args, spec: EdgeSpec):
     from jgnn.ops import lowering
 
-    return mlir.lower_fun(functools.partial(lowering.run, spec=spec), multiple_results=True)(ctx, *args)
+    return compat.local_lowering(lowering.run, multiple_results=True)(ctx, *args, spec=spec)
 
 
 def _impl(*args, spec: EdgeSpec):

@@ -228,7 +228,7 @@ def _cost(op) -> float:
 
 typed_matmul_p.def_abstract_eval(_abstract_eval)
 typed_matmul_p.def_impl(jax.jit(run, static_argnames=("impl", "block", "groups")))
-mlir.register_lowering(typed_matmul_p, mlir.lower_fun(run, multiple_results=False))
+mlir.register_lowering(typed_matmul_p, compat.local_lowering(run, multiple_results=False))
 ad.primitive_jvps[typed_matmul_p] = _jvp
 batching.primitive_batchers[typed_matmul_p] = _batch
 facts.register(typed_matmul_p, facts.Facts(residency=_residency, cost=_cost))
