@@ -128,10 +128,13 @@ def test_attention_layers_with_self_loops_match_reference(name, dtype, sizes, mo
         backward = {(impl, code) for reduce, _, impl, code in choices if reduce == "sum"}
         # 3 heads of 3 need padded tiles, which the per-head kernels do not take
         want = ("segment", Reason.NOT_ZERO_PADDING_SAFE) if sizes == (3, 3) else ("kernel", Reason.LOWER_KERNEL)
+        allowed = {want, ("segment", Reason.NOT_LANEWISE)}
         if sizes[1] == 1:  # one head: the score cotangent's row dot is a reduction over the features (open gap)
             want = ("segment", Reason.NOT_LANEWISE)
+            if name == "gatv2":  # its score is lanewise until the attention vector: those transposes do reach it
+                assert ("kernel", Reason.LOWER_KERNEL) in backward, backward
         # a shared parameter's cotangent (a sum over all edges) stays on XLA
-        assert want in backward and backward <= {want, ("segment", Reason.NOT_LANEWISE)}, backward
+        assert want in backward and backward <= allowed, backward
 
 
 @pytest.mark.parametrize("name", ["gat", "gatv2"])
