@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +69,33 @@ def custom_body(eqn_params: dict) -> Any:
         if key in eqn_params:
             return eqn_params[key]
     return None
+
+
+def resize_custom_call(params: dict, retrace: Callable[[Any], Any]) -> dict:
+    """A custom_jvp/vjp call's params with its callee and its JVP/forward jaxprs passed through ``retrace``
+    (ClosedJaxpr -> ClosedJaxpr). The derivative thunks return ``(jaxpr, consts, *rest)``; their names differ
+    across JAX versions. The backward of a custom_vjp is Python and retraces itself."""
+    from jax._src import linear_util as lu
+
+    out = dict(params)
+    for key in ("call_jaxpr", "fun_jaxpr"):
+        if key in params:
+            out[key] = retrace(params[key])
+    for key in ("jvp_jaxpr_fun", "jvp_jaxpr_thunk", "fwd_jaxpr_thunk"):
+        if key not in params:
+            continue
+        thunk = params[key]
+        call = getattr(thunk, "call_wrapped", thunk)
+
+        @functools.cache
+        def resized(*zeros, call=call):
+            jaxpr, consts, *rest = call(*zeros)
+            new = retrace(jcore.ClosedJaxpr(jaxpr, consts))
+            return (new.jaxpr, new.consts, *rest)
+
+        out[key] = (lu.wrap_init(resized, debug_info=thunk.debug_info) if hasattr(thunk, "call_wrapped")
+                    else resized)
+    return out
 
 
 def bind(prim: jcore.Primitive, params: dict, args) -> Any:

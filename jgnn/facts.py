@@ -8,8 +8,11 @@ Each `Facts` entry says, for one primitive:
   and of fusion;
 * ``residency(op, infos, ctx)``: where the outputs live and how the op moves data (Graphiler's MP-DFG rules),
   or `Unknown` to start a fallback region; default: the row-wise rule (`dense`);
-* ``resize(params, rows, axis)``: the params to run the op with ``rows`` rows along ``axis`` (an edge block,
-  or node rows instead of edge rows) when some param holds that length; default: params unchanged;
+* ``resize(op, rows, axis)``: the params to run the op with ``rows`` rows along ``axis`` (an edge block,
+  or node rows instead of edge rows) when some param holds that length (a shape, or a callee traced at the
+  old length); default: params unchanged;
+* ``fixed_rows``: no params can change the op's row count (a custom_vjp's backward checks its inputs' shapes):
+  it runs only at the length it was traced with, so never on edge blocks, kernel tiles or node rows;
 * ``linear``: the operand positions the op is linear in (linear splitting, reordering);
 * ``cost(op)``: FLOPs, for the cost models.
 
@@ -23,10 +26,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 from jax import lax
 
-from jgnn import compat
+from jgnn import compat, ir
 from jgnn.report import Reason
 from jgnn.roles import ENDPOINTS, GRAPH_AXES, TABLES, TYPE_INDEX, Index, Movement, Residency
 
@@ -82,10 +86,11 @@ class Ctx:
 class Facts:
     row_axis: Callable[[Any, Axes], int | None] | None = None
     residency: Callable[[Any, list[Info], Ctx], tuple[list[Info], Movement]] | None = None
-    resize: Callable[[dict, int], dict] | None = None
+    resize: Callable[[Any, int, int], dict] | None = None
     linear: tuple[int, ...] = ()
     cost: Callable[[Any], float] | None = None
     impure: bool = False
+    fixed_rows: bool = False
 
 
 REGISTRY: dict[Any, Facts] = {}
@@ -114,7 +119,47 @@ def row_axis(op, axes: Axes) -> int | None:
 def resize(op, rows: int, axis: int = 0) -> dict:
     """``op``'s params for running it with ``rows`` rows along ``axis`` of its output."""
     rule = of(op.prim).resize
-    return op.params if rule is None else rule(op.params, rows, axis)
+    return op.params if rule is None else rule(op, rows, axis)
+
+
+def _resized(shape: tuple, old: int, new: int, axis: int) -> tuple:
+    return shape[:axis] + (new,) + shape[axis + 1:] if len(shape) > axis and shape[axis] == old else shape
+
+
+def fixed_rows(ops) -> str | None:
+    """The name of an op among ``ops`` (or inside their bodies) that runs only at its traced row count."""
+    for op in ops:
+        if of(op.prim).fixed_rows:
+            return op.name
+        inner = fixed_rows(op.body.ops) if op.body is not None else None
+        if inner is not None:
+            return inner
+    return None
+
+
+def evaluate_resized(program: ir.Program, args: Sequence[Any], old: int, new: int, axis: int = 0) -> list:
+    """Run ``program``, traced with ``old`` rows along ``axis``, on ``args`` with ``new`` rows there: each op
+    whose output has ``old`` rows runs with its `resize` params (as an edge block runs a traced region)."""
+    env = {v.id: x for v, x in zip(program.inputs, args, strict=True)}
+
+    def read(a):
+        return a.value if isinstance(a, ir.Const) else env[a.id]
+
+    for op in program.ops:
+        params = resize(op, new, axis) if any(_resized(o.shape, old, new, axis) != o.shape
+                                              for o in op.outputs) else op.params
+        outs = compat.bind(op.prim, params, [read(a) for a in op.inputs])
+        env.update((v.id, x) for v, x in zip(op.outputs, outs if op.prim.multiple_results else [outs], strict=True))
+    return [read(a) for a in program.outputs]
+
+
+def resized_jaxpr(closed, old: int, new: int, axis: int = 0):
+    """``closed`` (a ClosedJaxpr traced with ``old`` rows along ``axis``) traced again with ``new`` rows: the
+    inputs with ``old`` rows there get ``new``, and every op inside is resized by its rule."""
+    traced = ir.from_closed_jaxpr(closed)
+    avals = [jax.ShapeDtypeStruct(_resized(tuple(a.shape), old, new, axis), a.dtype) for a in closed.in_avals]
+    return jax.make_jaxpr(lambda *xs: evaluate_resized(traced.program, [*xs, *traced.consts], old, new, axis))(
+        *avals)
 
 
 def flops(op) -> float:
@@ -258,7 +303,8 @@ def _custom_call(op, axes: Axes) -> int | None:
 # ---- resize rules: params that hold the row axis' length --------------------------------------------------
 
 def _resize_key(key: str) -> Callable[..., dict]:
-    def rule(params: dict, rows: int, axis: int = 0) -> dict:
+    def rule(op, rows: int, axis: int = 0) -> dict:
+        params = op.params
         sizes = params.get(key)
         if sizes is None:
             return params
@@ -266,6 +312,13 @@ def _resize_key(key: str) -> Callable[..., dict]:
         sizes[axis] = rows
         return dict(params, **{key: tuple(sizes)})
     return rule
+
+
+def _resize_custom_call(op, rows: int, axis: int = 0) -> dict:
+    # A custom_jvp's callee and JVP jaxprs were traced at the old length (a nested ``jit`` keeps it in its output
+    # types), so they are traced again; the rule itself (relu's zero gradient at 0) is kept.
+    old = next(o.shape[axis] for o in op.outputs if o.ndim > axis)
+    return compat.resize_custom_call(op.params, lambda closed: resized_jaxpr(closed, old, rows, axis))
 
 
 def _dot_cost(op) -> float:
@@ -581,7 +634,8 @@ register(lax.gather_p, Facts(row_axis=_gather_rows, residency=gather_rule))
 register(compat.primitives("scatter_add scatter_max scatter_min scatter_mul scatter"),
          Facts(residency=scatter_rule))
 register(list(_PERMUTATIONS), Facts())
-register([compat.CUSTOM_JVP, compat.CUSTOM_VJP], Facts(row_axis=_custom_call))
+register(compat.CUSTOM_JVP, Facts(row_axis=_custom_call, resize=_resize_custom_call))
+register(compat.CUSTOM_VJP, Facts(row_axis=_custom_call, fixed_rows=True))
 register(compat.primitives("debug_callback io_callback pure_callback"), Facts(impure=True))
 for _name, _positions in LINEAR.items():
     for _p in compat.primitives(_name):

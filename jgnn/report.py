@@ -134,7 +134,7 @@ MESSAGES: dict[Reason, str] = {
     Reason.UNGATHERED_EDGE_OPERAND: "{op}: an operand is edge data that was not gathered from the nodes",
     Reason.NOT_ROWWISE: "{op}: not row-wise (an output row reads several input rows)",
     Reason.COST_KEEPS_EDGES: "{op}: the cost model keeps it on the edges ({why}; {before:.3g} vs {after:.3g})",
-    Reason.FIXED_SHAPE_BODY: "{op}: its body has fixed shapes and cannot run on node rows",
+    Reason.FIXED_SHAPE_BODY: "{primitive}: its derivative rule holds its traced shapes: it runs on all rows at once",
     Reason.COMPACTED_NODE_TYPE: "{types}-type table read through the {index} node's type made per node "
                                 "({rows} rows, {ratio:.1f}× fewer than the {edges} edges)",
     Reason.COMPACTED_PAIRS: "x[src] @ W[edge_type] computed for {pairs} unique (source, edge type) pairs instead "

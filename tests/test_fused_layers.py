@@ -166,6 +166,52 @@ def test_edge_blocked_xla_lowering_matches_reference(model, monkeypatch):
                                **TOL)
 
 
+@jax.custom_vjp
+def _scaled_grad(x):
+    return jnp.tanh(x)
+
+
+# a deliberately different backward, so that a test sees whether the custom rule ran
+_scaled_grad.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (3.0 * g * x,))
+
+
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+@pytest.mark.parametrize("fn", ["relu", "custom_vjp"])
+def test_custom_derivative_functions_in_phi(fn, backend, monkeypatch):
+    """`jax.nn.relu` (a custom_jvp whose body is a ``jit`` traced at E rows) in phi runs on edge blocks and kernel
+    tiles: its callee and JVP jaxprs are traced again per block (a crash before), and its rule stays (relu's zero
+    gradient at 0, where max(x, 0) alone splits in halves). A custom_vjp's backward checks its traced shapes, so
+    its edge ops run on all rows at once (`FIXED_SHAPE_BODY`); its gradient is its rule's (it crashed)."""
+    monkeypatch.setenv("JGNN_EDGE_TEMP_BYTES", "600")
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 9, 40, 4)
+    h = graph.nodes["h"].at[:3].set(0.0)  # relu's kink, where the custom rule and max's differ
+    act = {"relu": jax.nn.relu, "custom_vjp": _scaled_grad}[fn]
+
+    def phi(src, dst, edge):
+        return {"a": act(src["h"] - dst["h"]) + act(src["h"]), "b": act(dst["h"] - src["h"])}
+
+    def rho(mailbox, node):
+        return {"s": jgnn.sum(mailbox["a"]), "x": jgnn.max(mailbox["b"])}
+
+    layer, reference = (jgnn.message_passing(phi, rho, lambda n, a: {"h": a["s"] * a["x"]}, backend=b)
+                        for b in (backend, "reference"))
+    lowered = {"relu": {"xla": ("blocks", Reason.LOWER_BLOCKS), "pallas_interpret": ("kernel", Reason.LOWER_KERNEL)},
+               "custom_vjp": {b: ("segment", Reason.FIXED_SHAPE_BODY) for b in ("xla", "pallas_interpret")}}
+    assert {(k.lowering, k.code) for k in jgnn.explain(layer, graph).kernels} == {lowered[fn][backend]}
+
+    def loss(x, f):
+        return jnp.sum(jnp.sin(f(graph._replace(nodes={"h": x})).nodes["h"]))
+
+    np.testing.assert_allclose(loss(h, layer), loss(h, reference), **TOL)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss), static_argnums=1)(h, layer), jax.grad(loss)(h, reference),
+                               **TOL)
+    if fn == "relu":  # a custom_vjp has no forward mode
+        t = jnp.asarray(rng.normal(size=h.shape), h.dtype)
+        (_, jk), (_, jr) = (jax.jvp(lambda x, f=f: loss(x, f), (h,), (t,)) for f in (layer, reference))
+        np.testing.assert_allclose(jk, jr, **TOL)
+
+
 def test_graph_network_with_edge_outputs_on_the_kernel_backend():
     from test_core import _plain_graph
 

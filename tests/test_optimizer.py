@@ -126,13 +126,27 @@ def test_skip_when_op_is_not_rowwise():
     assert Reason.LIFTED not in report.codes(Pass.BROADCAST_REORDER)
 
 
-def test_skip_custom_jvp_and_impure_edges_stay_correct():
+@jax.custom_vjp
+def _tanh_with_own_grad(x):
+    return jnp.tanh(x)
+
+
+_tanh_with_own_grad.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (3.0 * g * x,))
+
+
+@pytest.mark.parametrize("act", ["relu", "custom_vjp"])
+def test_custom_jvp_moves_to_nodes_and_custom_vjp_stays_on_edges(act):
+    """relu (a custom_jvp) is traced again at node rows, so ``relu(h[src]) -> relu(h)[src]``; a custom_vjp's
+    backward checks its traced shapes, so it stays on the edges, said why. Both equal the reference, gradient
+    included (the custom rules run: relu's at 0, the custom_vjp's deliberately different backward)."""
     rng = _rng()
     graph = _plain(rng)
+    graph = graph._replace(nodes=graph.nodes.at[:4].set(0.0))  # relu's kink
     W = jnp.asarray(rng.normal(size=(8, 8)), jnp.float32)
+    fn = {"relu": jax.nn.relu, "custom_vjp": _tanh_with_own_grad}[act]
 
     def model(g):
-        m = jax.nn.relu(g.nodes[g.senders]) @ W  # relu is a custom_jvp: kept on the edges, said why
+        m = fn(g.nodes[g.senders]) @ W
         return g._replace(nodes=jax.ops.segment_sum(m, g.receivers, g.nodes.shape[0]))
 
     compiled = jgnn.compile(model, backend="xla")
@@ -140,8 +154,13 @@ def test_skip_custom_jvp_and_impure_edges_stay_correct():
     grads = [jax.grad(lambda h, f=f: jnp.sum(f(graph._replace(nodes=h)).nodes ** 2))(graph.nodes)
              for f in (compiled, model)]
     np.testing.assert_allclose(*grads, **TOL)
-    skipped = jgnn.explain(compiled, graph).decisions
-    assert any(d.code == Reason.FIXED_SHAPE_BODY and d.get("op") == "custom_jvp_call" for d in skipped)
+    report = jgnn.explain(compiled, graph)
+    lifted = {d.get("op") for d in report.decisions if d.code == Reason.LIFTED}
+    fixed = {d.get("primitive") for d in report.decisions if d.code == Reason.FIXED_SHAPE_BODY}
+    if act == "relu":
+        assert "custom_jvp_call" in lifted and not fixed
+    else:
+        assert fixed == {"custom_vjp_call"} and "custom_vjp_call" not in lifted
 
 
 @pytest.mark.parametrize("name", ["GraphConvolution", "GAT", "GraphNetwork", "GraphNetwork+attention",

@@ -58,29 +58,52 @@ class RegionFn(EdgeFn):
         return len(self.inputs)
 
     def apply(self, rows, *, lanes=False):
-        env = {v.id: x for v, x in zip(self.inputs, rows, strict=True)}
+        program = ir.Program(list(self.inputs), list(self.outputs), list(self.ops))
+        if lanes:
+            return _evaluate_lanes(program, rows, next((np.shape(x) for x in rows if np.ndim(x) == 2), None))
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
-        tile = next((np.shape(x) for x in rows if np.ndim(x) == 2), None) if lanes else None
-
-        def read(a):
-            return a.value if isinstance(a, ir.Const) else env[a.id]
-
-        for op in self.ops:
-            args = [read(a) for a in op.inputs]
-            if lanes and op.prim in facts.SHAPE_ONLY:
-                # On [B, W] tiles a unit-axis reshape is the identity, and the kernel already broadcast shared rows;
-                # a scalar the region itself made (a literal) still has to become a tile.
-                out = jnp.broadcast_to(args[0], tile) if np.ndim(args[0]) == 0 else args[0]
-            elif block != self.rows and op.outputs[0].shape[:1] == (self.rows,):
-                out = compat.bind(op.prim, facts.resize(op, block), args)
-            else:
-                out = compat.bind(op.prim, op.params, args)
-            outs = list(out) if op.prim.multiple_results else [out]
-            env.update((v.id, x) for v, x in zip(op.outputs, outs, strict=True))
-        return [read(a) for a in self.outputs]
+        return facts.evaluate_resized(program, rows, self.rows, block) if block != self.rows else \
+            ir.evaluate(program, rows)
 
     def describe(self) -> str:
         return f"{len(self.ops)} ops"
+
+
+def _evaluate_lanes(program: ir.Program, args, tile) -> list:
+    """Run ``program`` on the Pallas kernels' ``[B, W]`` tiles (``tile``): a unit-axis reshape is the identity, the
+    kernel already broadcast shared rows, and a scalar the program itself made (a literal) becomes a tile. A
+    custom_jvp call (`jax.nn.relu`) runs with its callee and JVP traced again on tiles, its rule kept."""
+    env = {v.id: x for v, x in zip(program.inputs, args, strict=True)}
+
+    def read(a):
+        return a.value if isinstance(a, ir.Const) else env[a.id]
+
+    for op in program.ops:
+        xs = [read(a) for a in op.inputs]
+        if op.prim in facts.SHAPE_ONLY:
+            out = jnp.broadcast_to(xs[0], tile) if np.ndim(xs[0]) == 0 else xs[0]
+        elif op.prim in compat.CUSTOM_CALLS:
+            out = compat.bind(op.prim, compat.resize_custom_call(op.params, lambda c: _lane_jaxpr(c, tile)), xs)
+        else:
+            out = compat.bind(op.prim, op.params, xs)
+        env.update((v.id, x) for v, x in zip(op.outputs, out if op.prim.multiple_results else [out], strict=True))
+    return [read(a) for a in program.outputs]
+
+
+def _lane_jaxpr(closed, tile):
+    """A callee traced again on tiles: each input with an axis becomes one ``tile``."""
+    traced = ir.from_closed_jaxpr(closed)
+    avals = [jax.ShapeDtypeStruct(tile if a.ndim else (), a.dtype) for a in closed.in_avals]
+    return jax.make_jaxpr(lambda *xs: _evaluate_lanes(traced.program, [*xs, *traced.consts], tile))(*avals)
+
+
+def fixed_rows(fn: EdgeFn) -> str | None:
+    """The name of an op in ``fn`` (or in the functions it derives from) that runs only at its traced row count
+    (`jgnn.facts` ``fixed_rows``): such a function cannot run on edge blocks or kernel tiles."""
+    if isinstance(fn, RegionFn):
+        return facts.fixed_rows(fn.ops)
+    inner = (getattr(fn, f.name) for f in dataclasses.fields(fn)) if dataclasses.is_dataclass(fn) else ()
+    return next((name for x in inner if isinstance(x, EdgeFn) and (name := fixed_rows(x)) is not None), None)
 
 
 def _zeros_like_rows(x):
@@ -144,9 +167,12 @@ class Vjp(EdgeFn):
         for k in range(self.base.n_in):
             args[k] = zeros[self.wrt.index(k)] if k in self.wrt else next(it)
 
-        outs, pull = jax.vjp(_moving(self.base, args, self.wrt, lanes), *zeros)
+        # Transposed, not differentiated at zeros: the JVP of a custom_vjp function (a `custom_lin`) has a
+        # transpose rule (its backward) but no derivative.
+        fn = _moving(self.base, args, self.wrt, lanes)
+        outs = jax.eval_shape(fn, *zeros)
         cts = [jnp.broadcast_to(c, o.shape).astype(o.dtype) for c, o in zip(cts, outs, strict=True)]
-        return list(pull(cts))
+        return list(jax.linear_transpose(fn, *zeros)(cts))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

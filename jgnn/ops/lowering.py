@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jgnn.ops import edge_fn
 from jgnn.ops import edge_op as eo
 from jgnn.ops.gather import normalize
 from jgnn.ops.segment import accumulation_dtype, counts, identity, materialize
@@ -77,6 +78,9 @@ def decide(spec: eo.EdgeSpec, operand_avals) -> Choice:
     Deterministic in the op and its operand shapes: `explain` reports what `run` does.
     """
     total = edge_bytes(spec, operand_avals)
+    fixed = edge_fn.fixed_rows(spec.fn)
+    if fixed is not None:
+        return Choice("segment", 0, Reason.FIXED_SHAPE_BODY, (("edges", spec.num_edges), ("primitive", fixed)))
     if spec.backend != "xla":
         from jgnn.ops import pallas
 

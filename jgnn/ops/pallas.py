@@ -235,7 +235,10 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
 def _lanewise(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals, msgs) -> tuple[Reason, dict] | None:
     """None when the lane-wise gather kernels can run ``spec`` (a reduction or per-edge op, not softmax)."""
     for op in region.ops:
-        if not _lane_op(op, region) or op.prim.multiple_results or op.prim in compat.CUSTOM_CALLS:
+        if op.prim is compat.CUSTOM_JVP and op.body is not None:  # jax.nn.relu: elementwise callees run on tiles
+            if not all(facts.is_elementwise(inner.prim) for inner in op.body.ops):
+                return Reason.NOT_LANEWISE, {"prim": op.name}
+        elif not _lane_op(op, region) or op.prim.multiple_results or op.prim in compat.CUSTOM_CALLS:
             return Reason.NOT_LANEWISE, {"prim": op.name}
     out_dtypes = {np.dtype(m.dtype) for m in msgs}
     if not out_dtypes <= (_FLOAT | {np.dtype(np.int32)}):

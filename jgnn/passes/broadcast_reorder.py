@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jgnn import compat, facts, ir
+from jgnn import facts, ir
 from jgnn.ops.gather import gather_p, normalize
 from jgnn.passes import cleanup
 from jgnn.passes.context import Builder, Context, row_elems
@@ -327,8 +327,8 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _
     if aligned or len(through) + len(expanded) != len(graph_inputs):
         ctx.skipped(Pass.BROADCAST_REORDER, Reason.UNGATHERED_EDGE_OPERAND, op=op.name)
         return None
-    if op.prim in (compat.CUSTOM_JVP, compat.CUSTOM_VJP):
-        ctx.skipped(Pass.BROADCAST_REORDER, Reason.FIXED_SHAPE_BODY, op=op.name)
+    if facts.fixed_rows([op]) is not None:
+        ctx.skipped(Pass.BROADCAST_REORDER, Reason.FIXED_SHAPE_BODY, primitive=facts.fixed_rows([op]))
         return None
     axes = [lazy[a.id].axis if isinstance(a, ir.Value) and a.id in lazy else None for a in ins]
     out_ax = facts.row_axis(op, axes)
