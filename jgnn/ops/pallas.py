@@ -295,9 +295,9 @@ def _split_operands(spec: eo.EdgeSpec, heads: int) -> dict[int, tuple[int, int]]
 
 
 def _message_heads(msg) -> int | None:
-    """``H`` of ``[E, H]`` or ``[E, H, D]`` messages (unit axes aside)."""
+    """``H`` of ``[E, H]`` or ``[E, H, D]`` messages (unit axes aside; one head for a scalar per edge)."""
     squeezed = _squeezed(msg.shape[1:])
-    return squeezed[0] if 1 <= len(squeezed) <= 2 else None
+    return 1 if not squeezed else squeezed[0] if len(squeezed) <= 2 else None
 
 
 def _messages_heads(msgs) -> int | None:
