@@ -73,6 +73,16 @@ def test_every_layer_has_an_expectation():
     assert all(layers.EXPECTED_KERNELS[name] for name in layers.LAYERS)
 
 
+@pytest.mark.parametrize("name", list(layers.LAYERS))
+def test_every_layer_training_step_lowers_to_its_kernels_for_cuda(name):
+    """The gpu-check's layer cases at the CUDA lowering (layer 2, this JAX, no GPU venv): each `jgnn.nn` layer's
+    training step emits at least the Triton calls `EXPECTED_KERNELS` names, so a layer that falls back to XLA
+    (GINE's relu message before custom_jvp calls ran on tiles; one-head GAT's backward) fails here, in CI."""
+    step = layers._train_step(layers.LAYERS[name])
+    calls = triton_call_names(compat.export_cuda_mlir(step.fn, *step.args))
+    assert layers.missing_kernels(layers.EXPECTED_KERNELS[name], calls) == {}, calls
+
+
 def _kernel(name, stores=0, loads=0):
     return {"name": name, "registers": 64, "spill_stores": stores, "spill_loads": loads, "stack_frame": stores,
             "static_shared": 0, "barriers": 1, "dynamic_shared": 1024, "threads": 128, "grid": [16, 1, 1],

@@ -35,12 +35,14 @@ from jgnn.layout import GraphLayout
 EXPECTED_KERNELS: dict[str, dict[str, int]] = {
     "gcn": {"gnn_gather_reduce_sum": 2},
     "gat": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
+    "gat_one_head": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
     "gat_attention_dropout": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
     "gatv2": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
     "sage_mean": {"gnn_gather_reduce_mean": 1, "gnn_gather_reduce_sum": 1},
     "sage_max": {"gnn_gather_reduce_max": 1, "gnn_gather_compute": 1, "gnn_gather_reduce_sum": 1},
     "sage_min": {"gnn_gather_reduce_min": 1, "gnn_gather_compute": 1, "gnn_gather_reduce_sum": 1},
     "gin": {"gnn_gather_reduce_sum": 2},
+    "gine": {"gnn_gather_reduce_sum": 2, "gnn_gather_compute": 1},
     "edgeconv": {"gnn_gather_reduce_max": 1, "gnn_gather_compute": 2},
     "rgcn": {"gnn_gather_reduce_sum": 1, "gnn_gather_compute": 1},
     "rgat": {"gnn_attention": 1, "gnn_head_reduce_sum": 2},
@@ -49,6 +51,7 @@ EXPECTED_KERNELS: dict[str, dict[str, int]] = {
 
 N, E, F = 64, 256, 64  # nodes, edges, feature width in and out (attention: 8 heads x 8)
 NODE_TYPES, EDGE_TYPES = 2, 3
+EDGE_DIM = 16
 
 
 class _MLP(nn.Module):
@@ -63,11 +66,13 @@ class LayerSpec:
     typed: bool = False
     train: bool = False  # deterministic=False: dropout on (needs the "dropout" rng)
     self_loops: bool = False  # the layer appends a self-loop per node: its layout must hold them
+    edge_features: bool = False  # graph.edges["h"], [E, EDGE_DIM]
 
 
 LAYERS: dict[str, LayerSpec] = {
     "gcn": LayerSpec(lambda b: gnn.GCNConv(F, backend=b), self_loops=True),
     "gat": LayerSpec(lambda b: gnn.GATConv(8, num_heads=8, backend=b), self_loops=True),
+    "gat_one_head": LayerSpec(lambda b: gnn.GATConv(F, num_heads=1, backend=b), self_loops=True),
     "gat_attention_dropout": LayerSpec(lambda b: gnn.GATConv(8, num_heads=8, attention_dropout=0.2, backend=b),
                                        train=True, self_loops=True),
     "gatv2": LayerSpec(lambda b: gnn.GATv2Conv(8, num_heads=8, backend=b), self_loops=True),
@@ -75,6 +80,8 @@ LAYERS: dict[str, LayerSpec] = {
     "sage_max": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="max", backend=b)),
     "sage_min": LayerSpec(lambda b: gnn.SAGEConv(F, aggr="min", backend=b)),
     "gin": LayerSpec(lambda b: gnn.GINConv(_MLP(), backend=b)),
+    # GINE: relu(x_j + e), a custom_jvp in the message
+    "gine": LayerSpec(lambda b: gnn.GINEConv(_MLP(), edge_dim=EDGE_DIM, backend=b), edge_features=True),
     "edgeconv": LayerSpec(lambda b: gnn.EdgeConv(_MLP(), aggr="max", backend=b)),
     "rgcn": LayerSpec(lambda b: gnn.RGCNConv(F, EDGE_TYPES, backend=b), typed=True),
     "rgat": LayerSpec(lambda b: gnn.RGATConv(8, EDGE_TYPES, num_heads=8, backend=b), typed=True),
@@ -82,10 +89,10 @@ LAYERS: dict[str, LayerSpec] = {
 }
 
 
-def _graph(typed: bool) -> jraph.GraphsTuple:
+def _graph(typed: bool, edge_features: bool = False) -> jraph.GraphsTuple:
     rng = np.random.default_rng(1)
     nodes = {"h": jnp.asarray(rng.normal(size=(N, F)), jnp.float32)}
-    edges = None
+    edges = {"h": jnp.asarray(rng.normal(size=(E, EDGE_DIM)), jnp.float32)} if edge_features else None
     if typed:
         # Types as host arrays: layers range-check concrete types with numpy, which a jax array closed over by a
         # traced step is not.
@@ -97,7 +104,7 @@ def _graph(typed: bool) -> jraph.GraphsTuple:
 
 
 def _train_step(spec: LayerSpec) -> Step:
-    module, graph = spec.make("pallas"), _graph(spec.typed)
+    module, graph = spec.make("pallas"), _graph(spec.typed, spec.edge_features)
     # built once on the host, as a training loop would
     layout = GraphLayout.from_graph(graph, self_loops=spec.self_loops)
     rngs = lambda seed: {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)}
