@@ -7,11 +7,12 @@ specs, and must pass on every machine.
 
 from __future__ import annotations
 
+import jax
 import pytest
 
 from tests.fuzz import checker
 from tests.fuzz import programs as pg
-from tests.fuzz.graphs import GraphSpec, Signature, ValueSpec
+from tests.fuzz.graphs import GraphSpec, Pattern, Signature, ValueSpec
 from tests.fuzz.strategies import Case
 
 
@@ -32,6 +33,20 @@ def _jraph_gat() -> pg.Program:
                       frozenset({"jraph_gat"}))
 
 
+def _typed_chain_max() -> pg.Program:
+    """Two typed matmuls after the source gather, then a max: `linear_reorder` makes ``x[s] @ (W0 @ W1)[t]``."""
+    lines = ['x = graph.nodes["h"]',
+             "m = x[graph.senders]",
+             'm = jnp.einsum("ef,efk->ek", m, P["W0"][graph.edges["type"]])',
+             'm = jnp.einsum("ef,efk->ek", m, P["W1"][graph.edges["type"]])',
+             "agg = jraph.segment_max(m, graph.receivers, x.shape[0])"]
+    fn = pg.function("fn", "graph, P", lines, '{"h": agg}')
+    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
+    source = pg.function("model", "backend, inputs, params", body, "compiled(inputs['graph'], params)")
+    sig = Signature(node_feats=(("h", (8,)),), edge_types=3)
+    return pg.Program("typed_chain", source, sig, (("W0", (3, 8, 4)), ("W1", (3, 4, 4))), frozenset({"typed_weight"}))
+
+
 CASES = {
     # CI at ce3ef70: float32 features near 1e19 saturate every softmax row. The tangent α·ds − α·T cancelled two
     # 1e19 terms (xla: 1e32 where the reference has −5e19), and the Pallas forward's row max, recomputed by
@@ -49,10 +64,30 @@ CASES = {
     # (0 · inf on an edge that jraph's softmax computes and its segment_sum drops); jgnn equals ``ctᵀ J``.
     "gat_negative_ids_grad": Case(_jraph_gat(), "float32", GraphSpec("small", frozenset({"isolated", "negative"}), 0),
                                   ValueSpec(0, "huge", ())),
+    # Campaign 20261126 (118 of 1,500 cases): -inf in a few features before a reassociated typed chain. The
+    # reference's (x @ W0) @ W1 makes inf - inf = NaN, jgnn's x @ (W0 @ W1) makes -inf, which the max drops: the
+    # outputs the reference makes non-finite are not compared, and every other output and gradient is
+    # (`checker.REASSOCIATING`).
+    "typed_chain_neginf_max": Case(_typed_chain_max(), "float32",
+                                   GraphSpec("small", frozenset({"duplicates", "isolated", "sorted"}), 281),
+                                   ValueSpec(65301, "normal", (Pattern("neginf", "graph.nodes.h"),))),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_pinned_case_matches_reference(name):
-    failures = checker.check_case(CASES[name])
+    explained, report = checker.check_explain(CASES[name])  # as `checker.check_batch` does
+    failures = explained + checker.check_case(CASES[name], reassociated=checker.reassociates(report))
     assert not failures, [(f.kind, f.mode, f.backend, f.where) for f in failures]
+
+
+def test_typed_chain_case_is_reassociated_and_has_untainted_outputs():
+    """The reassociation exemption of the pinned case is narrow: its plan does reassociate, and only the outputs
+    the reference makes NaN are exempt (its empty rows' -inf and its finite outputs are compared)."""
+    case = CASES["typed_chain_neginf_max"]
+    _, report = checker.check_explain(case)
+    assert checker.reassociates(report)
+    ops = checker.operands(case)
+    ops = checker.with_cotangent(ops, checker.out_shapes(case.program, ops, case.dtype), case.values.seed)
+    (tainted,) = jax.tree_util.tree_leaves(checker.tainted_outputs(case, ops, True))
+    assert 0 < tainted.sum() < tainted.size
