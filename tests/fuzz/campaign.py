@@ -100,7 +100,9 @@ def to_shrink(found: dict, which: str) -> list[tuple[tuple, Found]]:
     return picked
 
 
-def campaign(cases: int, seed: int, chunk: int, log=print) -> tuple[dict, int, int, float]:
+def campaign(cases: int, seed: int, chunk: int, log=print, on_chunk=None) -> tuple[dict, int, int, float]:
+    """Check batches until ``cases`` cases ran; ``on_chunk(found, cases, batches, seconds)`` after each chunk
+    (the report so far: a campaign cut short keeps what it found)."""
     found: dict[tuple, Found] = {}
     totals = {"cases": 0, "batches": 0}
     current = {"seed": seed}
@@ -127,6 +129,8 @@ def campaign(cases: int, seed: int, chunk: int, log=print) -> tuple[dict, int, i
     while totals["cases"] < cases:
         run_chunk(current["seed"], chunk, on_batch)
         current["seed"] += 1
+        if on_chunk is not None:
+            on_chunk(found, totals["cases"], totals["batches"], time.perf_counter() - start)
     return found, totals["cases"], totals["batches"], time.perf_counter() - start
 
 
@@ -174,8 +178,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time()) % 2**31
     print(f"campaign: {args.cases} cases, seed {seed}, writing to {args.out}", flush=True)
-    found, cases, batches, seconds = campaign(args.cases, seed, args.chunk,
-                                              log=lambda s: print(s, flush=True))
+    found, cases, batches, seconds = campaign(
+        args.cases, seed, args.chunk, log=lambda s: print(s, flush=True),
+        on_chunk=lambda *so_far: write_report(args.out, *so_far, seed))
     write_report(args.out, found, cases, batches, seconds, seed)  # unshrunk, in case shrinking is cut short
     if args.shrink_seconds > 0:
         for sig, fd in to_shrink(found, args.shrink):
