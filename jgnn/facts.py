@@ -137,29 +137,22 @@ def fixed_rows(ops) -> str | None:
     return None
 
 
-def evaluate_resized(program: ir.Program, args: Sequence[Any], old: int, new: int, axis: int = 0) -> list:
-    """Run ``program``, traced with ``old`` rows along ``axis``, on ``args`` with ``new`` rows there: each op
-    whose output has ``old`` rows runs with its `resize` params (as an edge block runs a traced region)."""
-    env = {v.id: x for v, x in zip(program.inputs, args, strict=True)}
-
-    def read(a):
-        return a.value if isinstance(a, ir.Const) else env[a.id]
-
-    for op in program.ops:
+def run_resized(old: int, new: int, axis: int = 0) -> Callable[[Any, list], list]:
+    """An `ir.evaluate` op runner for a program traced with ``old`` rows along ``axis`` and run with ``new``:
+    each op whose output has ``old`` rows runs with its `resize` params (as an edge block runs a traced region)."""
+    def run(op, xs):
         params = resize(op, new, axis) if any(_resized(o.shape, old, new, axis) != o.shape
                                               for o in op.outputs) else op.params
-        outs = compat.bind(op.prim, params, [read(a) for a in op.inputs])
-        env.update((v.id, x) for v, x in zip(op.outputs, outs if op.prim.multiple_results else [outs], strict=True))
-    return [read(a) for a in program.outputs]
+        out = compat.bind(op.prim, params, xs)
+        return list(out) if op.prim.multiple_results else [out]
+    return run
 
 
 def resized_jaxpr(closed, old: int, new: int, axis: int = 0):
     """``closed`` (a ClosedJaxpr traced with ``old`` rows along ``axis``) traced again with ``new`` rows: the
     inputs with ``old`` rows there get ``new``, and every op inside is resized by its rule."""
-    traced = ir.from_closed_jaxpr(closed)
     avals = [jax.ShapeDtypeStruct(_resized(tuple(a.shape), old, new, axis), a.dtype) for a in closed.in_avals]
-    return jax.make_jaxpr(lambda *xs: evaluate_resized(traced.program, [*xs, *traced.consts], old, new, axis))(
-        *avals)
+    return ir.retrace(closed, avals, run_resized(old, new, axis))
 
 
 def flops(op) -> float:

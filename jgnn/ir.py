@@ -203,10 +203,12 @@ def captured_consts(closed: jcore.ClosedJaxpr) -> list[Any]:
     return out
 
 
-def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], Any] | None = None) -> list[Any]:
+def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], Any] | None = None,
+             run: Callable[[Op, list], list] | None = None) -> list[Any]:
     """Run a program: one environment, one loop over ops (as ``jax.core.eval_jaxpr``).
 
-    ``tag(value, x)`` may wrap each op's result (the recomputation policy names values with it).
+    ``tag(value, x)`` may wrap each op's result (the recomputation policy names values with it). ``run(op, xs)``
+    replaces ``op.run`` (an edge block resizes params, a kernel tile treats unit-axis moves as identities).
     """
     env: dict[int, Any] = {}
 
@@ -216,10 +218,19 @@ def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], 
     for v, x in zip(program.inputs, args, strict=True):
         env[v.id] = x
     for op in program.ops:
-        outs = op.run(*map(read, op.inputs))
+        xs = list(map(read, op.inputs))
+        outs = op.run(*xs) if run is None else run(op, xs)
         for v, x in zip(op.outputs, outs, strict=True):
             env[v.id] = x if tag is None else tag(v, x)
     return [read(a) for a in program.outputs]
+
+
+def retrace(closed: jcore.ClosedJaxpr, in_avals: Sequence[Any],
+            run: Callable[[Op, list], list]) -> jcore.ClosedJaxpr:
+    """``closed`` traced again at ``in_avals``, each op run by ``run`` (`evaluate`): a callee whose params hold
+    the shapes it was traced with (a custom_jvp's ``jit``) moved to new ones."""
+    traced = from_closed_jaxpr(closed)
+    return jax.make_jaxpr(lambda *xs: evaluate(traced.program, [*xs, *traced.consts], run=run))(*in_avals)
 
 
 OUTPUT = object()  # stands for "the program returns it" among a value's readers

@@ -62,8 +62,7 @@ class RegionFn(EdgeFn):
         if lanes:
             return _evaluate_lanes(program, rows, next((np.shape(x) for x in rows if np.ndim(x) == 2), None))
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
-        return facts.evaluate_resized(program, rows, self.rows, block) if block != self.rows else \
-            ir.evaluate(program, rows)
+        return ir.evaluate(program, rows, run=facts.run_resized(self.rows, block) if block != self.rows else None)
 
     def describe(self) -> str:
         return f"{len(self.ops)} ops"
@@ -73,28 +72,18 @@ def _evaluate_lanes(program: ir.Program, args, tile) -> list:
     """Run ``program`` on the Pallas kernels' ``[B, W]`` tiles (``tile``): a unit-axis reshape is the identity, the
     kernel already broadcast shared rows, and a scalar the program itself made (a literal) becomes a tile. A
     custom_jvp call (`jax.nn.relu`) runs with its callee and JVP traced again on tiles, its rule kept."""
-    env = {v.id: x for v, x in zip(program.inputs, args, strict=True)}
+    def retile(closed):  # each input with an axis becomes one tile
+        return ir.retrace(closed, [jax.ShapeDtypeStruct(tile if a.ndim else (), a.dtype) for a in closed.in_avals],
+                          run)
 
-    def read(a):
-        return a.value if isinstance(a, ir.Const) else env[a.id]
-
-    for op in program.ops:
-        xs = [read(a) for a in op.inputs]
+    def run(op, xs):
         if op.prim in facts.SHAPE_ONLY:
-            out = jnp.broadcast_to(xs[0], tile) if np.ndim(xs[0]) == 0 else xs[0]
-        elif op.prim in compat.CUSTOM_CALLS:
-            out = compat.bind(op.prim, compat.resize_custom_call(op.params, lambda c: _lane_jaxpr(c, tile)), xs)
-        else:
-            out = compat.bind(op.prim, op.params, xs)
-        env.update((v.id, x) for v, x in zip(op.outputs, out if op.prim.multiple_results else [out], strict=True))
-    return [read(a) for a in program.outputs]
+            return [jnp.broadcast_to(xs[0], tile) if np.ndim(xs[0]) == 0 else xs[0]]
+        params = compat.resize_custom_call(op.params, retile) if op.prim in compat.CUSTOM_CALLS else op.params
+        out = compat.bind(op.prim, params, xs)
+        return list(out) if op.prim.multiple_results else [out]
 
-
-def _lane_jaxpr(closed, tile):
-    """A callee traced again on tiles: each input with an axis becomes one ``tile``."""
-    traced = ir.from_closed_jaxpr(closed)
-    avals = [jax.ShapeDtypeStruct(tile if a.ndim else (), a.dtype) for a in closed.in_avals]
-    return jax.make_jaxpr(lambda *xs: _evaluate_lanes(traced.program, [*xs, *traced.consts], tile))(*avals)
+    return ir.evaluate(program, args, run=run)
 
 
 def fixed_rows(fn: EdgeFn) -> str | None:

@@ -327,8 +327,9 @@ def _try_lift(op: ir.Op, ctx: Context, lazy: dict, made_by, b: Builder, masks: _
     if aligned or len(through) + len(expanded) != len(graph_inputs):
         ctx.skipped(Pass.BROADCAST_REORDER, Reason.UNGATHERED_EDGE_OPERAND, op=op.name)
         return None
-    if facts.fixed_rows([op]) is not None:
-        ctx.skipped(Pass.BROADCAST_REORDER, Reason.FIXED_SHAPE_BODY, primitive=facts.fixed_rows([op]))
+    fixed = facts.fixed_rows([op])
+    if fixed is not None:
+        ctx.skipped(Pass.BROADCAST_REORDER, Reason.FIXED_SHAPE_BODY, primitive=fixed)
         return None
     axes = [lazy[a.id].axis if isinstance(a, ir.Value) and a.id in lazy else None for a in ins]
     out_ax = facts.row_axis(op, axes)
