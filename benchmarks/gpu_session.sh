@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# The whole GPU job of a session that is lent a GPU, in 3 device calls of under 10 minutes each. Run from the
-# repository root on the device machine. Its python3 (Python 3.12, JAX 0.11.x with the CUDA 13 plugin, PyTorch,
-# PyG, pytest) lacks jraph, so carry jraph's wheel:
+# A lent GPU's whole job in one device call (a session has 15 minutes of device time, start-up included). Run
+# from the repository root on the device machine. Its python3 (Python 3.12, JAX 0.11.x with the CUDA 13 plugin,
+# PyTorch, PyG, pytest, hypothesis) lacks jraph, and ../shared/data does not travel, so carry both:
 #
-#   here, once:  echo /.whl/ >> .git/info/exclude
+#   here, once:  echo /.whl/ >> .git/info/exclude; echo /.gpu_data/ >> .git/info/exclude
 #                python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl jraph==0.0.6.dev0
-#   call 1:      bash benchmarks/gpu_session.sh 1   (carry .whl)  GPU tests, CUDA lowering tests, bandwidth probe,
-#                                                                 compile reports (gpu_check, full tier)
-#   call 2:      bash benchmarks/gpu_session.sh 2   (carry .whl)  suites graphiler, ugcg, micro (vs reference, jraph, PyG)
-#   call 3:      bash benchmarks/gpu_session.sh 3   (carry .whl)  suites hector, seastar; training memory
+#                cp -r ../shared/data .gpu_data
+#   the call:    bash benchmarks/gpu_session.sh   (carry .whl and .gpu_data; timeout_s 600)
 #
-# Each call's steps share a budget of $GPU_SESSION_BUDGET seconds (default 540): a step gets what is left and is cut
-# (exit 124) when it runs out, so the call returns inside the tool's 10-minute limit with what it finished. The
-# tool brings back at most 8 files from $OUT, so each call leaves exactly two: gpu-session-N.tar.gz (every log,
-# JSON, table and chart) and status-N.txt (one line per step: exit code and seconds; also printed last).
-# Commit the results under benchmarks/results/ with the device, JAX version and date that each JSON's meta records.
+# Steps, most important first, each capped and all sharing $GPU_SESSION_BUDGET seconds (default 540), so the call
+# returns inside the tool's 10-minute limit with what it finished:
+#   1. pytest -m gpu: every kernel, non-interpreted, on a power-law graph with a ~23k in-degree hub;
+#   2. every "pallas_interpret" test of the suite on the real kernels (JGNN_TEST_INTERPRET_ON_GPU=1);
+#   3. a bandwidth probe (the byte floor of the micro suite);
+#   4. the benchmark suites micro, graphiler, hector, ugcg and seastar against the reference, jraph and PyG, on the
+#      data sets that fit the budget (each suite's JSON is rewritten after every case);
+#   5. fuzz batches with the "pallas_interpret" backend on the real kernels (reproducers of each signature kept).
+# The tool brings back at most 8 files from $OUT: gpu-session.tar.gz (every log, JSON, table, chart and reproducer)
+# and status.txt (one line per step: exit code and seconds; also printed last). Commit the results under
+# benchmarks/results/ with the device, versions and date that each JSON's meta records.
 set -uo pipefail
-call=${1:?usage: bash benchmarks/gpu_session.sh 1|2|3}
 out=${OUT:-out}
 budget=${GPU_SESSION_BUDGET:-540}
 work=$(mktemp -d)
-status="$work/status-$call.txt"
+status="$work/status.txt"
 mkdir -p "$out" "$work/data"
 
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -30,13 +33,15 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
+[ -d .gpu_data ] && export JGNN_DATA_DIR=$PWD/.gpu_data
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 
-# step NAME COMMAND...: run with the budget that is left, log to NAME.log, record the exit code and seconds.
+# step NAME CAP COMMAND...: run for at most CAP seconds and the budget left, log to NAME.log, record rc and seconds.
 step() {
-  local name=$1 left=$(( budget - SECONDS )) t0=$SECONDS rc
-  shift
-  if (( left < 30 )); then
+  local name=$1 cap=$2 left=$(( budget - SECONDS )) t0=$SECONDS rc
+  shift 2
+  (( cap < left )) && left=$cap
+  if (( left < 20 )); then
     echo "$name: skipped, budget spent" | tee -a "$status"
     return
   fi
@@ -45,34 +50,31 @@ step() {
   echo "$name: rc=$rc $(( SECONDS - t0 ))s" | tee -a "$status"
 }
 
-suite() {  # suite NAME: one benchmark suite on the GPU, graphs cached for the call's other suites
-  step "suite-$1" python3 -m benchmarks.run --suite "$1" --device gpu --row-timeout 240 \
-    --data-cache "$work/data" --out "$work/$1-gpu.json"
+bench() {  # bench CAP SUITE DATASET...: one suite on the GPU, one process, graphs cached for the other suites
+  local cap=$1 suite=$2
+  shift 2
+  step "bench-$suite" "$cap" python3 -m benchmarks.run --suite "$suite" --device gpu --no-isolate --repeats 10 \
+    --data-cache "$work/data" "${@/#/--dataset=}" --out "$work/$suite-gpu.json"
 }
 
-step device sh -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
-  python3 -c "import jax; print(\"jax\", jax.__version__, jax.devices())"'
-case "$call" in
-  1)
-    step pytest-gpu python3 -m pytest -q -m gpu --continue-on-collection-errors tests
-    step pytest-cuda-lowering python3 -m pytest -q tests/test_kernels_lowering.py tests/test_fused_layers.py \
-      -k "lowers or cuda"
-    step bandwidth python3 -m benchmarks.gpu.bandwidth --out "$work/bandwidth-gpu.json"
-    step gpu-check python3 -m benchmarks.gpu_check --full --jobs 12 --out "$work/gpu-check-full" ;;
-  2)
-    suite graphiler
-    suite ugcg
-    suite micro ;;
-  3)
-    suite hector
-    suite seastar
-    step memory python3 -m benchmarks.training_memory --repeats 20 --out "$work/training-memory-gpu.json" ;;
-  *)
-    echo "usage: bash benchmarks/gpu_session.sh 1|2|3" >&2
-    exit 2 ;;
-esac
+step device 30 sh -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
+  python3 -c "import jax, jaxlib, triton, torch, torch_geometric as g, sys;
+print(sys.version); print(\"jax\", jax.__version__, \"jaxlib\", jaxlib.__version__, \"triton\", triton.__version__,
+\"torch\", torch.__version__, \"pyg\", g.__version__, jax.devices())"'
+step pytest-gpu 120 python3 -m pytest -q -p no:cacheprovider -n 4 -m gpu tests
+step pytest-real-kernels 150 env JGNN_TEST_INTERPRET_ON_GPU=1 python3 -m pytest -q -p no:cacheprovider -n 8 \
+  -m "not gpu" -k pallas_interpret --timeout 140 tests
+step bandwidth 30 python3 -m benchmarks.gpu.bandwidth --out "$work/bandwidth-gpu.json"
+bench 60 micro ogbn-arxiv
+bench 60 graphiler pubmed ppi ogbn-arxiv
+bench 50 hector aifb mutag bgs am
+bench 40 ugcg cora pubmed
+bench 30 seastar aifb mutag bgs
+step fuzz-real-kernels 120 env JGNN_TEST_INTERPRET_ON_GPU=1 JGNN_FUZZ_KEEP_GOING=1 JGNN_FUZZ_BATCHES=12 \
+  JGNN_FUZZ_MIN_CASES=0 JGNN_FUZZ_DUMP="$work/fuzz" python3 -m pytest -q -p no:cacheprovider -s -n 0 \
+  tests/fuzz/test_fuzz.py
 rm -rf "$work/data"
-tar czf "$out/gpu-session-$call.tar.gz" -C "$work" .
-cp "$status" "$out/status-$call.txt"
-echo "== call $call done in ${SECONDS}s; $out: gpu-session-$call.tar.gz, status-$call.txt"
+tar czf "$out/gpu-session.tar.gz" -C "$work" .
+cp "$status" "$out/status.txt"
+echo "== done in ${SECONDS}s; $out: gpu-session.tar.gz, status.txt"
 cat "$status"

@@ -226,6 +226,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", action="append", default=None,
                    help=f"one of {', '.join(suites.SUITES)} or 'all' (repeatable; default all)")
+    p.add_argument("--dataset", action="append", default=None,
+                   help="only these data sets (repeatable; micro's ogbn-arxiv/d=N counts as ogbn-arxiv)")
     p.add_argument("--quick", action="store_true", help="small graphs (smoke test; numbers are not meaningful)")
     p.add_argument("--device", choices=("cpu", "gpu"), default=None, help="default: what JAX finds")
     p.add_argument("--out", default="benchmarks/results/results.json")
@@ -249,6 +251,17 @@ def parse_args(argv=None):
     if args.warmup is None:
         args.warmup = 0 if args.quick else 2
     return args
+
+
+def write_json(meta: dict, rows: list[dict], t_start: float, path: str) -> None:
+    """The results so far, ratios included, written whole: ``meta["elapsed_s"]`` is the time until now."""
+    add_ratios(rows)  # idempotent: each ratio is recomputed from the rows' own measurements
+    meta["elapsed_s"] = time.perf_counter() - t_start
+    out = pathlib.Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=float))
+    tmp.replace(out)
 
 
 def main(argv=None) -> int:
@@ -283,7 +296,7 @@ def main(argv=None) -> int:
     copy_bw = measure.copy_bandwidth(nbytes=(32 << 20) if args.quick else (512 << 20))
     args.copy_bandwidth = copy_bw
     meta = make_meta(args, device, copy_bw)
-    todo = suites.cases(args.suite)
+    todo = [c for c in suites.cases(args.suite) if not args.dataset or systems.base_dataset(c.dataset) in args.dataset]
     t_start = time.perf_counter()
     rows = []
     if args.isolate and systems.DATA_CACHE_DIR is None:  # workers load each graph from here, not regenerate it
@@ -305,11 +318,10 @@ def main(argv=None) -> int:
     else:
         for i, case in enumerate(todo):
             rows += log_rows(i, len(todo), run_case(case, device, args, copy_bw))
-    add_ratios(rows)
-    meta["elapsed_s"] = time.perf_counter() - t_start
+            # A run cut short (a device lease, a timeout) keeps every case it finished.
+            write_json(meta, rows, t_start, args.out)
+    write_json(meta, rows, t_start, args.out)
     out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=float))
     report.write_markdown(meta, rows, out.with_suffix(".md"))
     for suite in dict.fromkeys(r["suite"] for r in rows):
         report.write_chart(meta, [r for r in rows if r["suite"] == suite], suite,

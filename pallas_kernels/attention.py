@@ -182,7 +182,8 @@ def attention_forward_reference(edge_fn: Callable, col, row, edge, shared, csr: 
     m = seg(jax.ops.segment_max, scores)
     p = jnp.where(ref.lanes(valid, scores), jnp.exp(scores - jax.lax.stop_gradient(m)[rows]), 0.0)
     l = seg(jax.ops.segment_sum, p)
-    alpha = p / l[rows]
+    # Slots of no row divide 0 by 0; a where after the division would still pass NaN to the values' gradient.
+    alpha = p / jnp.where(ref.lanes(valid, scores), l[rows], 1.0)
     kappa = _keep_scale(jnp.asarray(0 if dropout_seed is None else dropout_seed, jnp.int32), csr.eid[:, None],
                         jnp.arange(heads, dtype=jnp.int32), float(dropout_rate), compute)
     if kappa is not None:

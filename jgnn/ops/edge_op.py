@@ -54,6 +54,9 @@ from jgnn.roles import Group, Movement, Residency
 # max and normaliser, output, counts) and the per-edge masks of the edges attaining a max/min.
 STATS_NAME = "jgnn_stats"
 EDGE_MASK_NAME = "jgnn_edge_mask"
+# Whether each Pallas backend runs its kernels in the Pallas interpreter. Read at lowering time, so the GPU test
+# tier (tests/conftest.py, JGNN_TEST_INTERPRET_ON_GPU=1) can run every "pallas_interpret" test on the real kernels.
+INTERPRET = {"pallas": False, "pallas_interpret": True}
 
 
 class Reduce(enum.StrEnum):

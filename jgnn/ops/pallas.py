@@ -351,7 +351,7 @@ def run(*args, spec: eo.EdgeSpec) -> list:
     import pallas_kernels as pk
 
     src_ids, dst_ids, operands, layout = eo.split_args(args, spec)
-    interpret = spec.backend == "pallas_interpret"
+    interpret = eo.INTERPRET[spec.backend]
     rows_of = {g: x.shape[0] for x, g in zip(operands, spec.groups, strict=True) if g in (Group.SRC, Group.DST)}
     over = Group.DST if spec.reduce == eo.Reduce.NONE else spec.over
     csr = _csr(spec, over, src_ids, dst_ids, layout, rows_of)

@@ -28,6 +28,7 @@ from jax.interpreters import ad, batching, mlir
 
 from jgnn import compat, facts
 from jgnn.facts import Info
+from jgnn.ops import edge_op as eo
 from jgnn.roles import Movement
 
 IMPLS = ("sorted_blocks", "static_groups", "pallas", "pallas_interpret", "reference")
@@ -154,9 +155,10 @@ def _blocked_matmul(x, table, position, block_type, block: int):
     return jnp.take(yb.reshape((capacity,) + yb.shape[2:]), position, axis=0, unique_indices=True).astype(dtype)
 
 
-def _pallas(x, table, types, *, interpret: bool, **_):
+def _pallas(x, table, types, *, backend: str, **_):
     import pallas_kernels as pk
 
+    interpret = eo.INTERPRET[backend]
     groups = table.shape[0]
     types = jnp.clip(types, 0, groups - 1)
     order = jnp.argsort(types, stable=True)
@@ -169,8 +171,8 @@ def _pallas(x, table, types, *, interpret: bool, **_):
 
 
 IMPL = {"sorted_blocks": sorted_blocks, "static_groups": static_groups, "reference": reference,
-        "pallas": functools.partial(_pallas, interpret=False),
-        "pallas_interpret": functools.partial(_pallas, interpret=True)}
+        "pallas": functools.partial(_pallas, backend="pallas"),
+        "pallas_interpret": functools.partial(_pallas, backend="pallas_interpret")}
 
 
 def run(x, table, types, *, impl: str, block: int, groups: tuple = ()):
