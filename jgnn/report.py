@@ -81,6 +81,7 @@ class Reason(enum.StrEnum):
     LOWER_KERNEL = "lower_kernel"
     NOT_LANEWISE = "not_lanewise"
     NOT_ZERO_PADDING_SAFE = "not_zero_padding_safe"
+    NOT_IN_TRITON = "not_in_triton"
     UNSUPPORTED_DTYPE = "unsupported_dtype"
     NO_EDGES = "no_edges"
     CSR_FROM_LAYOUT = "csr_from_layout"
@@ -168,6 +169,7 @@ MESSAGES: dict[Reason, str] = {
     Reason.LOWER_KERNEL: "{op}: Pallas kernel ({csr})",
     Reason.NOT_LANEWISE: "{op}: runs on XLA: the edge function is not lane-wise ({prim})",
     Reason.NOT_ZERO_PADDING_SAFE: "{op}: runs on XLA: its scores are not safe on zero-padded lanes",
+    Reason.NOT_IN_TRITON: "{op}: runs on XLA: Pallas' Triton lowering has no rule for its {prim} at these shapes",
     Reason.UNSUPPORTED_DTYPE: "{op}: runs on XLA: the Pallas kernels take floating point, not {dtype}",
     Reason.NO_EDGES: "{op}: runs on XLA: no edges, nothing for a kernel to walk",
     Reason.CSR_FROM_LAYOUT: "CSR from the GraphLayout passed in",

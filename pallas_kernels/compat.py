@@ -204,3 +204,36 @@ def pullback_reads(fn: Callable[..., Any], args: tuple, cotangent: Any) -> list[
     except ImportError:  # pragma: no cover - a JAX that moved it
         return [True] * n
     return list(dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))[1])[:n]
+
+
+def _concatenate_lowers(eqn) -> bool:
+    """What the Triton rule accepts: two operands joined along their last axis, each of size 1 there."""
+    avals = [v.aval for v in eqn.invars]
+    last = avals[0].ndim - 1
+    return len(avals) == 2 and eqn.params["dimension"] == last and all(a.shape[-1] == 1 for a in avals)
+
+
+# Rules of Pallas' Triton lowering that exist for some shapes only (jax/_src/pallas/triton/lowering.py).
+_TRITON_SHAPE_RULES: dict[str, Callable[[Any], bool]] = {"concatenate": _concatenate_lowers}
+
+
+def triton_gap(jaxpr: Any) -> str | None:
+    """The name of the first op in ``jaxpr`` (a Jaxpr or ClosedJaxpr; sub-jaxprs included) that Pallas' Triton
+    lowering cannot lower: a primitive without a rule (``slice``, ``pad``, ``erf``, ``gather``), or a shape that
+    its rule rejects (``concatenate`` of anything but two ``[..., 1]`` operands). None when every op lowers.
+    The interpreter (``interpret=True``) runs all of these, so only a GPU compile would find them."""
+    try:
+        from jax._src.pallas.triton import lowering as triton_lowering  # internal: no public rule table
+    except ImportError:  # pragma: no cover - a JAX without the Triton backend: nothing to check against
+        return None
+    rules = triton_lowering.triton_lowering_rules
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        name = eqn.primitive.name
+        shapes_ok = _TRITON_SHAPE_RULES.get(name, lambda _: True)
+        if eqn.primitive not in rules or not shapes_ok(eqn):
+            return name
+        for sub in _core.jaxprs_in_params(eqn.params):
+            inner = triton_gap(sub)
+            if inner is not None:
+                return inner
+    return None

@@ -209,3 +209,98 @@ def test_gat_attention_dropout_on_kernels_matches_reference(monkeypatch):
     choices = lowered_choices(monkeypatch, jax.grad(fk), h)
     assert ("softmax", False, "kernel", Reason.LOWER_KERNEL) in choices
     assert {(impl, code) for reduce, _, impl, code in choices if reduce == "sum"} == {("kernel", Reason.LOWER_KERNEL)}
+
+
+def _eqns(jaxpr):
+    """Every equation of ``jaxpr``, sub-jaxprs included."""
+    from jax._src import core
+
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        yield eqn
+        for sub in core.jaxprs_in_params(eqn.params):
+            yield from _eqns(sub)
+
+
+def test_ops_without_a_triton_rule_stay_on_xla_and_the_step_lowers_for_cuda(monkeypatch):
+    """A message built by concatenating a node feature with the globals, and a per-head message of stacked
+    copies (a fuzz case that crashed an H100: Pallas' Triton lowering concatenates only two ``[..., 1]``
+    operands and has no ``slice``). The per-head kernels would run it; the interpreter runs anything. Those ops
+    stay on XLA with ``NOT_IN_TRITON``, the others keep their kernels, the training step lowers for CUDA, and
+    the values and gradients equal the reference's."""
+    from pallas_kernels import compat as pk_compat
+
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 9, 30, 1, isolated=1, duplicates=3, globals_dim=3)
+    w = jnp.asarray(rng.normal(size=(5, 2)), jnp.float32)
+
+    def layer(backend):
+        def phi(src, dst, edge, glob):
+            wide = jnp.concatenate([src["h"], glob])
+            both = jnp.concatenate([glob, jnp.stack([src["h"], src["h"]]).reshape(2)])
+            return {"both": both, "wide": wide}
+
+        def rho(mb, node):
+            return {"a": jgnn.sum(mb["both"]) / (1.0 + jgnn.sum(jnp.abs(mb["both"]))),
+                    "b": jgnn.sum(mb["wide"] * node["h"][0])}
+
+        def psi(node, agg):
+            return {"h": jnp.tanh(jnp.concatenate([agg["a"], agg["b"][:0]]) @ w) + node["h"][0]}
+
+        return jgnn.message_passing(phi, rho, psi, backend=backend)
+
+    def loss(backend):
+        def f(h, g):
+            out = layer(backend)(graph._replace(nodes={"h": h}, globals=g)).nodes["h"]
+            return jnp.sum(jnp.sin(out) * jnp.arange(out.shape[-1], dtype=out.dtype))
+        return f
+
+    h, g = graph.nodes["h"], graph.globals
+    grad = lambda backend: jax.grad(loss(backend), argnums=(0, 1))
+    for a, b in zip(jax.tree.leaves(grad("pallas_interpret")(h, g)), jax.tree.leaves(grad("reference")(h, g)),
+                    strict=True):
+        np.testing.assert_allclose(a, b, **TOL[jnp.float32])
+    choices = lowered_choices(monkeypatch, grad("pallas_interpret"), h, g)
+    assert ("sum", False, "segment", Reason.NOT_IN_TRITON) in {c[:4] for c in choices}, choices
+    assert ("kernel", Reason.LOWER_KERNEL) in {c[2:] for c in choices}, choices
+    pk_compat.export_cuda_mlir(grad("pallas"), h, g)  # raised NotImplementedError before
+
+
+def test_sixteen_bit_math_runs_in_float32_on_the_kernels(monkeypatch):
+    """On float16, Pallas' Triton lowering has no ``tanh`` or ``div`` (an H100 failed to compile the kernel): the
+    edge function runs each rounding op in float32 and rounds once, which is IEEE float16 arithmetic for the
+    division. Every ``tanh`` and ``div`` of the functions the kernels run, derivatives included, takes float32
+    operands, and the forward and gradient equal the reference's to float16 accuracy."""
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 12, 40, 8, isolated=2, hub=6, duplicates=3, dtype=jnp.float16)
+    w = jnp.asarray(rng.normal(size=(8,)), jnp.float16)
+
+    def run(backend, h):
+        def phi(src, dst, edge):
+            return {"m": jnp.tanh(src["h"] - dst["h"]) / (1.0 + jnp.abs(dst["h"])) * w}
+        out = jgnn.message_passing(phi, lambda mb, node: {"h": jgnn.sum(mb["m"])}, None, backend=backend)
+        return out(graph._replace(nodes={"h": h})).nodes["h"]
+
+    loss = lambda h, backend: jnp.sum(run(backend, h).astype(jnp.float32) * jnp.arange(8, dtype=jnp.float32))
+    h = graph.nodes["h"]
+    tol = dict(rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(np.float32(run("pallas_interpret", h)), np.float32(run("reference", h)), **tol)
+    np.testing.assert_allclose(np.float32(jax.grad(loss)(h, "pallas_interpret")),
+                               np.float32(jax.grad(loss)(h, "reference")), **tol)
+
+    kernel_fns = []
+
+    def record(spec, avals, decide=lowering.decide):
+        choice = decide(spec, avals)
+        if choice.impl == "kernel":
+            rows = [jax.ShapeDtypeStruct(a.shape if g.name == "SHARED" else (8,) + a.shape[1:], a.dtype)
+                    for a, g in zip(avals, spec.groups, strict=True)]
+            kernel_fns.append(jax.make_jaxpr(lambda *xs, spec=spec: spec.fn.apply(list(xs)))(*rows))
+        return choice
+
+    monkeypatch.setattr(lowering, "decide", record)
+    jax.jit(jax.grad(loss), static_argnums=1).lower(h, "pallas_interpret")
+    assert len(kernel_fns) >= 2, "the forward and the backward run on kernels"
+    math = [(e.primitive.name, [str(v.aval.dtype) for v in e.invars]) for j in kernel_fns for e in _eqns(j)
+            if e.primitive.name in ("tanh", "div")]
+    assert {name for name, _ in math} == {"tanh", "div"}, math
+    assert all(set(dtypes) == {"float32"} for _, dtypes in math), math

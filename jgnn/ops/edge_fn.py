@@ -62,10 +62,41 @@ class RegionFn(EdgeFn):
         if lanes:
             return _evaluate_lanes(program, rows, next((np.shape(x) for x in rows if np.ndim(x) == 2), None))
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
-        return ir.evaluate(program, rows, run=facts.run_resized(self.rows, block) if block != self.rows else None)
+        run = facts.run_resized(self.rows, block) if block != self.rows else _bind
+        return ir.evaluate(program, rows, run=_sixteen_bit_in_f32(run))
 
     def describe(self) -> str:
         return f"{len(self.ops)} ops"
+
+
+def _bind(op, xs) -> list:
+    out = compat.bind(op.prim, op.params, xs)
+    return list(out) if op.prim.multiple_results else [out]
+
+
+_SIXTEEN_BIT = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+# Elementwise ops that round their result. Pallas' Triton lowering has no float16/bfloat16 kernel for division and
+# most transcendental functions: on an H100, tanh(f16) failed to compile, and a deviceless probe of every unary
+# and binary lax op (benchmarks/results/gpu-h100-2026-11-26.md) also rejected div, pow, atan2, log1p, expm1 and
+# the trigonometric and hyperbolic families. So on 16-bit floats each of these runs in float32 and rounds once.
+# That is exactly IEEE 16-bit arithmetic for + − × ÷ and √, because float32 carries more than twice their
+# precision plus two bits. It is also what XLA's float normalization does for the others.
+_ROUNDING = frozenset(facts.ELEMENTWISE) - frozenset(compat.primitives("""
+abs and bitcast_convert_type ceil clamp clz complex conj convert_element_type copy eq floor ge gt imag is_finite le
+lt max min ne neg not or population_count real reduce_precision round select_n shift_left shift_right_arithmetic
+shift_right_logical sign stop_gradient xor
+"""))
+
+
+def _sixteen_bit_in_f32(run):
+    """``run`` with each rounding op on float16/bfloat16 inputs done in float32 and rounded back to its dtype."""
+    def wrapped(op, xs):
+        dtypes = [np.dtype(jnp.result_type(x)) for x in xs]
+        if op.prim not in _ROUNDING or not any(d in _SIXTEEN_BIT for d in dtypes):
+            return run(op, xs)
+        wide = [x.astype(jnp.float32) if d in _SIXTEEN_BIT else x for x, d in zip(xs, dtypes, strict=True)]
+        return [y.astype(v.dtype) for y, v in zip(run(op, wide), op.outputs, strict=True)]
+    return wrapped
 
 
 def _evaluate_lanes(program: ir.Program, args, tile) -> list:
@@ -76,13 +107,14 @@ def _evaluate_lanes(program: ir.Program, args, tile) -> list:
         return ir.retrace(closed, [jax.ShapeDtypeStruct(tile if a.ndim else (), a.dtype) for a in closed.in_avals],
                           run)
 
-    def run(op, xs):
+    def lanes(op, xs):
         if op.prim in facts.SHAPE_ONLY:
             return [jnp.broadcast_to(xs[0], tile) if np.ndim(xs[0]) == 0 else xs[0]]
         params = compat.resize_custom_call(op.params, retile) if op.prim in compat.CUSTOM_CALLS else op.params
         out = compat.bind(op.prim, params, xs)
         return list(out) if op.prim.multiple_results else [out]
 
+    run = _sixteen_bit_in_f32(lanes)
     return ir.evaluate(program, args, run=run)
 
 

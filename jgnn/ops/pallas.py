@@ -227,7 +227,7 @@ def eligible(spec: eo.EdgeSpec, operand_avals) -> tuple[Reason, dict] | None:
         return None
     heads = _head_tiles(spec, operand_avals, msgs)
     if heads is None:
-        return None
+        return _not_in_triton(spec, region, operand_avals)
     # a per-head function (attention's backward) says why the per-head kernels do not take it
     return lanes if heads[0] == Reason.NOT_LANEWISE else heads
 
@@ -253,6 +253,18 @@ def _lanewise(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals, msgs) -> tu
     if len(msgs) != 1:
         return Reason.NOT_LANEWISE, {"prim": "several messages"}
     return None
+
+
+def _not_in_triton(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals) -> tuple[Reason, dict] | None:
+    """None when Pallas' Triton lowering takes every op of ``spec``'s edge function (derivatives included) as the
+    per-head kernels run it, at its traced shapes. The interpreter would run any op, but a GPU would not compile
+    a ``slice`` or a wide ``concatenate``, so such an op stays on XLA."""
+    import pallas_kernels.compat as pk_compat
+
+    rows = [a if g == Group.SHARED else jax.ShapeDtypeStruct((region.rows,) + tuple(a.shape[1:]), a.dtype)
+            for a, g in zip(operand_avals, spec.groups, strict=True)]
+    prim = pk_compat.triton_gap(jax.make_jaxpr(lambda *xs: spec.fn.apply(list(xs)))(*rows))
+    return None if prim is None else (Reason.NOT_IN_TRITON, {"prim": prim})
 
 
 def _is_pow2(d: int) -> bool:
