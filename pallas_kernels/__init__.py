@@ -32,11 +32,11 @@ from pallas_kernels.gather_reduce import (
     gather_reduce_reference,
 )
 from pallas_kernels.head_reduce import head_compute_forward, head_reduce_forward
-from pallas_kernels.typed_matmul import AUTO_IMPL, AUTO_IMPL_REASON, typed_matmul, typed_matmul_reference
+from pallas_kernels.typed_matmul import AUTO_IMPL, AUTO_IMPL_REASON, auto_impl, typed_matmul, typed_matmul_reference
 
 __all__ = [
     "AUTO_IMPL", "AUTO_IMPL_REASON", "CSR", "REDUCTIONS", "attention_aggregate", "attention_aggregate_reference",
-    "attention_forward", "attention_forward_reference", "build_csr_jax", "build_csr_numpy", "compat",
+    "auto_impl", "attention_forward", "attention_forward_reference", "build_csr_jax", "build_csr_numpy", "compat",
     "edge_dropout_keep", "gather_compute", "gather_compute_forward", "gather_compute_forward_reference",
     "gather_compute_reference", "gather_reduce", "gather_reduce_forward", "gather_reduce_forward_reference",
     "gather_reduce_reference", "head_compute_forward", "head_reduce_forward", "typed_matmul",

@@ -14,7 +14,7 @@ Two implementations:
   With ``gather_idx`` the ``dx`` rows are scatter-added back by XLA (may be nondeterministic on GPU).
 * ``impl="ragged_dot"``: ``jax.lax.ragged_dot`` (XLA's grouped GEMM) and its built-in autodiff.
 
-``impl="auto"`` picks :data:`AUTO_IMPL`; see :data:`AUTO_IMPL_REASON`.
+``impl="auto"`` picks by dtype (:func:`auto_impl`); see :data:`AUTO_IMPL_REASON`.
 """
 from __future__ import annotations
 
@@ -28,11 +28,19 @@ from pallas_kernels import _access as acc
 from pallas_kernels import compat
 from pallas_kernels._config import next_pow2
 
-AUTO_IMPL = "ragged_dot"
+# impl="auto", by the operands' dtype: the kernel takes 16- and 32-bit floats, and wider types keep ragged_dot.
+AUTO_IMPL: dict[str, str] = {"float32": "pallas", "bfloat16": "pallas", "float16": "pallas"}
 AUTO_IMPL_REASON = (
-    "ragged_dot by default: XLA's grouped GEMM is the vendor-tuned path. The Pallas-vs-ragged_dot "
-    "comparison on a GPU is PENDING (no GPU run recorded yet); update AUTO_IMPL with the measured winner."
+    "Measured on an H100 (JAX 0.11.2, benchmarks/results/gpu-h100-2026-11-26.md): on ogbn-arxiv the kernel "
+    "took 0.406 ms at d = 64 and 0.486 ms at d = 128, against ragged_dot's 0.418 and 0.787 ms. XLA's GPU "
+    "compiler also expands ragged_dot into a [groups, rows, dout] temporary: 269 MiB at 90 groups x 49,000 rows x "
+    "16 in a deviceless H100 compile, and RGCN on aifb used 42-103x the reference's memory with it."
 )
+
+
+def auto_impl(dtype) -> str:
+    """What ``impl="auto"`` runs for operands of ``dtype`` (:data:`AUTO_IMPL`, else ragged_dot)."""
+    return AUTO_IMPL.get(jnp.dtype(dtype).name, "ragged_dot")
 
 
 class MatmulBlock(NamedTuple):
@@ -182,10 +190,10 @@ def typed_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, gather_i
       w: ``[T, din, dout]``.
       group_sizes: int32[T], rows per type (sum <= S; the remaining rows give 0).
       gather_idx: optional int32[S] row ids into ``x``.
-      impl: "pallas" | "ragged_dot" | "auto" (:data:`AUTO_IMPL`, see :data:`AUTO_IMPL_REASON`).
+      impl: "pallas" | "ragged_dot" | "auto" (:func:`auto_impl`, see :data:`AUTO_IMPL_REASON`).
       interpret: Pallas interpreter (only for impl="pallas").
     """
-    impl = AUTO_IMPL if impl == "auto" else impl
+    impl = auto_impl(jnp.result_type(x.dtype, w.dtype)) if impl == "auto" else impl
     num_rows = x.shape[0] if gather_idx is None else gather_idx.shape[0]
     group_sizes = jnp.asarray(group_sizes, jnp.int32)
     if impl == "pallas":

@@ -203,8 +203,8 @@ def _jvp(primals, tangents, *, impl, block, groups):
     return out, tangent
 
 
-# jax.lax.ragged_dot (the Pallas backends' typed matmul) has no batching rule for any operand: vmapped, they run
-# sorted_blocks.
+# The Pallas backends' typed matmul (the Triton kernel; ragged_dot for wider types) has no batching rule: vmapped,
+# they run sorted_blocks.
 _BATCHED_IMPL = {"pallas": "sorted_blocks", "pallas_interpret": "sorted_blocks"}
 
 
