@@ -28,8 +28,8 @@ CACHE = pathlib.Path(os.environ.get("JGNN_GPU_CHECK_CACHE", pathlib.Path.home() 
 WHEELS = CACHE / "wheels"
 PYTHON = (3, 12)
 # Beyond pyproject's dependencies: the CUDA 13 PJRT plugin (no NVIDIA libraries: nothing runs on a GPU here)
-# and what the CUDA lowering tests need.
-EXTRA = ("jax-cuda13-plugin=={v}", "jax-cuda13-pjrt=={v}", "pytest>=8", "pytest-timeout>=2")
+# and what the CUDA lowering tests need (tests/conftest.py imports hypothesis).
+EXTRA = ("jax-cuda13-plugin=={v}", "jax-cuda13-pjrt=={v}", "pytest>=8", "pytest-timeout>=2", "hypothesis>=6.100")
 _JAX = re.compile(r"^(jax|jaxlib)\s*([<>=!~].*)?$")
 
 

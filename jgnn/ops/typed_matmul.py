@@ -187,20 +187,39 @@ def _abstract_eval(x, table, types, *, impl, block, groups):
 
 
 def _jvp(primals, tangents, *, impl, block, groups):
+    """Bilinear in (x, table): each moving operand's term is the op itself with that operand's tangent. Forward
+    mode therefore runs the op's own implementation (a Triton kernel with a custom VJP cannot be pushed through
+    ``jax.jvp``), and reverse mode transposes each term (`_transpose`)."""
     x, table, types = primals
-    moving = [k for k in (0, 1) if type(tangents[k]) is not ad.Zero]
-    out = _bind(x, table, types, impl=impl, block=block, groups=groups)
-    if not moving:
+    params = dict(impl=impl, block=block, groups=groups)
+    out = _bind(x, table, types, **params)
+    terms = [_bind(*[t if j == k else a for j, a in enumerate((x, table))], types, **params)
+             for k, t in enumerate(tangents[:2]) if type(t) is not ad.Zero]
+    if not terms:
         return out, compat.zero_tangent(out)
+    return out, functools.reduce(jnp.add, terms)
 
-    def at(*args):
-        full = [x, table]
-        for k, a in zip(moving, args, strict=True):
-            full[k] = a
-        return run(*full, types, impl=impl, block=block, groups=groups)
 
-    _, tangent = jax.jvp(at, tuple(primals[k] for k in moving), tuple(tangents[k] for k in moving))
-    return out, tangent
+# The table's cotangent on the Pallas backends: the Triton kernel's own dW runs inside a custom VJP, which forward
+# mode cannot push through (a Hessian-vector product of a layer would fail), so it takes the XLA blocked GEMMs.
+_TABLE_COTANGENT_IMPL = {"pallas": "sorted_blocks", "pallas_interpret": "sorted_blocks"}
+
+
+def _transpose(ct, x, table, types, *, impl, block, groups):
+    """The cotangent of the one linear operand (the other is a primal). For ``x``: the op itself with the table's
+    last two axes swapped, so every order of derivative keeps running the op's rules. For ``table``: the
+    pullback of an implementation that JAX differentiates in every mode (`_TABLE_COTANGENT_IMPL`)."""
+    assert not ad.is_undefined_primal(types)
+    (k,) = [j for j, a in enumerate((x, table)) if ad.is_undefined_primal(a)]
+    aval = (x, table)[k].aval
+    if type(ct) is ad.Zero:
+        return [ad.Zero(aval) if j == k else None for j in range(3)]
+    if k == 0:
+        d = _bind(ct, jnp.swapaxes(table, -1, -2), types, impl=impl, block=block, groups=groups)
+        return [d.astype(aval.dtype), None, None]
+    dw = lambda t: run(x, t, types, impl=_TABLE_COTANGENT_IMPL.get(impl, impl), block=block, groups=groups)
+    (d,) = jax.vjp(dw, jnp.zeros(aval.shape, aval.dtype))[1](ct)
+    return [None, d, None]
 
 
 # The Pallas backends' typed matmul (the Triton kernel; ragged_dot for wider types) has no batching rule: vmapped,
@@ -232,5 +251,6 @@ typed_matmul_p.def_abstract_eval(_abstract_eval)
 typed_matmul_p.def_impl(jax.jit(run, static_argnames=("impl", "block", "groups")))
 mlir.register_lowering(typed_matmul_p, compat.local_lowering(run, multiple_results=False))
 ad.primitive_jvps[typed_matmul_p] = _jvp
+ad.primitive_transposes[typed_matmul_p] = _transpose
 batching.primitive_batchers[typed_matmul_p] = _batch
 facts.register(typed_matmul_p, facts.Facts(residency=_residency, cost=_cost))

@@ -46,7 +46,7 @@ class Failure:
 
     case: Case
     backend: str
-    mode: str  # "forward", "grad", "jvp", "hvp", "vmap", "shard_map", "explain" or "program"
+    mode: str  # "forward", "grad", "jvp", "hvp", "vmap", "shard_map", "explain", "program" or "cuda_lowering"
     kind: str  # see KINDS
     detail: str
     where: str = ""
@@ -648,6 +648,31 @@ class Target:
         return (f.kind, f.mode, f.backend) == (self.kind, self.part, self.backend)
 
 
+def check_cuda_lowering(case: Case) -> list[Failure]:
+    """The ``pallas`` backend's training step (its ``vjp``) lowers for CUDA, with no GPU (`jax.export`). The
+    interpreter runs ops that Pallas' Triton lowering rejects (a ``slice``, a wide ``concatenate``), so only this
+    check, or a GPU, finds them. A case the reference cannot run, or whose step raises a named jgnn error, is
+    not checked."""
+    from pallas_kernels import compat as pk_compat
+
+    program, dtype = case.program, case.dtype
+    ops = operands(case)
+    try:
+        ops = with_cotangent(ops, out_shapes(program, ops, dtype), case.values.seed)
+    except Exception:  # noqa: BLE001 - the reference's own failure is check_case's to report
+        return []
+    step = functools.partial(_compiled(program, "pallas", "vjp"), ops.treedef, ops.mask)
+    try:
+        with x64(dtype):
+            pk_compat.export_cuda_mlir(step, ops.floats, ops.others, ops.params, ops.cotangent)
+    except Exception as exc:  # noqa: BLE001 - every lowering failure is data for the checker
+        if is_named_error(exc):
+            return []
+        return [Failure(case, "pallas", "cuda_lowering", "crash", f"{type(exc).__name__}: {exc}"[:500],
+                        crash_site(exc))]
+    return []
+
+
 def check_batch(batch: Batch, *, stop_at_first: bool = False, target: Target | None = None) -> BatchResult:
     """Check every case of a batch (the explain report, every case, then the transform).
 
@@ -674,6 +699,8 @@ def check_batch(batch: Batch, *, stop_at_first: bool = False, target: Target | N
         if batch.transform and (target is None or target.part == batch.transform) and not (failures and stop):
             failures += [f for f in check_transform(cases[0], batch.transform, backends, reassociated)
                          if wanted(f)]
+        if (target is None or target.part == "cuda_lowering") and not (failures and stop):
+            failures += [f for f in check_cuda_lowering(cases[0]) if wanted(f)]  # one program per batch
     return BatchResult(done, failures)
 
 

@@ -144,6 +144,20 @@ show(ref, got)
 '''
 
 
+# The training step on backend "pallas", lowered for CUDA with no GPU (the checker's `check_cuda_lowering`).
+CUDA_LOWERING = '''
+from pallas_kernels import compat
+
+floats, rebuild = split(inputs)
+f = lambda fl, p: model("pallas", rebuild(fl), p)
+shapes = jax.eval_shape(lambda fl, p: model("reference", rebuild(fl), p), floats, params)
+ct = jax.tree_util.tree_map(lambda s: np.ones(s.shape, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact)
+                            else np.zeros(s.shape, jax.dtypes.float0), shapes)
+compat.export_cuda_mlir(lambda fl, p, c: jax.vjp(f, fl, p)[1](c), floats, params, ct)  # raises here
+print("the step lowers for CUDA")
+'''
+
+
 def reproducer(failure: Failure) -> str:
     """A standalone script that rebuilds ``failure.case`` and runs reference and backend side by side."""
     case = failure.case
@@ -152,7 +166,7 @@ def reproducer(failure: Failure) -> str:
     inputs = dict(built.inputs)
     layout = inputs.pop("layout", None)
     params = make_params(case.program, dtype, case.values.seed)
-    mode = {"grad": "vjp", "forward": "vjp", "jvp": "jvp"}.get(failure.mode, failure.mode)
+    mode = {"grad": "vjp", "forward": "vjp", "jvp": "jvp", "cuda_lowering": "vjp"}.get(failure.mode, failure.mode)
     x64 = case.dtype in ("float64", "complex128")
     doc = (f'"""jgnn fuzz reproducer: {failure.kind} ({failure.mode}) on backend {failure.backend!r}, '
            f"dtype {case.dtype}.\n\n" + "\n".join(textwrap.wrap(f"{failure.where} {failure.detail}", 110))
@@ -170,6 +184,8 @@ def reproducer(failure: Failure) -> str:
     lines.append(f"params = {tree_literal(params)}")
     if failure.mode == "explain":
         lines.append('print(jgnn.explain(lambda i, p: model("reference", i, p), inputs, params))')
+    elif failure.mode == "cuda_lowering":
+        lines += ["", CUDA_LOWERING.strip()]
     else:
         lines += ["", "ref = run" + RUNNER.split("\n\nref = run")[1]]
     return "\n".join(lines) + "\n"

@@ -47,6 +47,36 @@ def _typed_chain_max() -> pg.Program:
     return pg.Program("typed_chain", source, sig, (("W0", (3, 8, 4)), ("W1", (3, 4, 4))), frozenset({"typed_weight"}))
 
 
+def _concat_globals() -> pg.Program:
+    """The fuzz case that crashed an H100 (`checker.check_cuda_lowering`): messages that concatenate a width-1
+    node feature with the globals, and per-head copies stacked, which the per-head kernels would run."""
+    source = """
+def model(backend, inputs, params):
+    P = params
+    def phi(src, dst, edge, glob):
+        p1 = jnp.concatenate([src["h"], glob])
+        p2 = jnp.stack([src["h"], src["h"]])
+        p3 = jnp.concatenate([glob, p2.reshape(2)])
+        return {"m0": p3, "m1": p1}
+    def rho(mb, node):
+        return {"a_m0": jgnn.sum(mb["m0"]) / (1.0 + jgnn.sum(jnp.abs(mb["m0"]))),
+                "a_m1": jgnn.sum(mb["m1"] * node["h"][0])}
+    def psi(node, agg):
+        q1 = jnp.concatenate([agg["a_m0"].reshape(-1), agg["a_m1"].reshape(-1)])
+        q2 = q1 @ P["W0"]
+        q3 = jnp.tanh(q2)
+        q4 = q3 @ P["W1"]
+        q5 = node["h"] @ P["W2"]
+        q6 = q4 + q5
+        return {"h": q6}
+    layer = jgnn.message_passing(phi, rho, psi, backend=backend)
+    return layer(inputs["graph"]).nodes
+"""
+    sig = Signature(node_feats=(("h", (1,)),), globals_width=3)
+    params = (("W0", (9, 8)), ("W1", (8, 4)), ("W2", (1, 4)))
+    return pg.Program("message_passing", source.lstrip("\n"), sig, params)
+
+
 CASES = {
     # CI at ce3ef70: float32 features near 1e19 saturate every softmax row. The tangent α·ds − α·T cancelled two
     # 1e19 terms (xla: 1e32 where the reference has −5e19), and the Pallas forward's row max, recomputed by
@@ -71,6 +101,13 @@ CASES = {
     "typed_chain_neginf_max": Case(_typed_chain_max(), "float32",
                                    GraphSpec("small", frozenset({"duplicates", "isolated", "sorted"}), 281),
                                    ValueSpec(65301, "normal", (Pattern("neginf", "graph.nodes.h"),))),
+    # The first GPU session (H100, 2026-11-26): the grad's per-head kernel concatenated [E, 1] and [E, 3] tiles,
+    # which Pallas' Triton lowering rejects ("Only arguments with shape [..., 1] are supported"); the interpreter
+    # ran it. Those ops now stay on XLA (`NOT_IN_TRITON`).
+    "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
+                                         GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
+                                         ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
+                                                                     Pattern("neginf", "graph.nodes.h")))),
 }
 
 
@@ -78,6 +115,7 @@ CASES = {
 def test_pinned_case_matches_reference(name):
     explained, report = checker.check_explain(CASES[name])  # as `checker.check_batch` does
     failures = explained + checker.check_case(CASES[name], reassociated=checker.reassociates(report))
+    failures += checker.check_cuda_lowering(CASES[name])
     assert not failures, [(f.kind, f.mode, f.backend, f.where) for f in failures]
 
 
