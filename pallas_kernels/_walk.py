@@ -84,10 +84,13 @@ def make_plan(groups: Sequence[Sequence[jax.Array]], csr: CSR, *, axis: int, ext
         if not t or t[0] not in (1, axis):
             raise ValueError(f"every operand's first trailing axis must be 1 or {axis}; got trailing shapes "
                              f"{trailing}")
-    rest = max(math.prod(_config.next_pow2(d) for d in t[1:]) for t in trailing)
+    per_lane = [math.prod(_config.next_pow2(d) for d in t[1:]) for t in trailing]
+    rest = max(per_lane)
     padded = _config.next_pow2(axis)
     block = _config.split_block(padded, rest) if split else padded
-    cfg = _config.edge_block(block * rest)
+    # Every operand's tile and every extra tile is live in registers at once: the chunk is sized by their sum
+    # (a width-1 operand's tile has one element along the split axis).
+    cfg = _config.edge_block(sum((block if t[0] == axis else 1) * n for t, n in zip(trailing, per_lane, strict=True)))
     lanes = min(_config.segment_lanes(csr.num_rows), cfg.block_edges)
     exact = tuple(tuple(exact_integers and np.dtype(x.dtype) == np.int32 for x in g) for g in groups)
     return Plan(shapes, axis, block, padded // block, cfg.block_edges, lanes, cfg.num_warps, cfg.num_stages,

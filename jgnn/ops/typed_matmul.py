@@ -218,7 +218,8 @@ def _transpose(ct, x, table, types, *, impl, block, groups):
         d = _bind(ct, jnp.swapaxes(table, -1, -2), types, impl=impl, block=block, groups=groups)
         return [d.astype(aval.dtype), None, None]
     dw = lambda t: run(x, t, types, impl=_TABLE_COTANGENT_IMPL.get(impl, impl), block=block, groups=groups)
-    (d,) = jax.vjp(dw, jnp.zeros(aval.shape, aval.dtype))[1](ct)
+    zero = compat.vary_like([jnp.zeros(aval.shape, aval.dtype)], [x, ct])[0]  # inside shard_map: as the table
+    (d,) = jax.vjp(dw, zero)[1](ct)
     return [None, d, None]
 
 
