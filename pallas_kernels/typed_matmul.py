@@ -129,6 +129,8 @@ def _dw_kernel(x_ref, idx_ref, dy_ref, off_ref, dw_ref, *, blk, din, dout, gathe
 
 def _pallas_forward(x, w, group_sizes, gather_idx, num_rows, interpret, out_dtype):
     din, dout = w.shape[1], w.shape[2]
+    if num_rows == 0 or x.shape[0] == 0:  # no program to launch (a grid of none reads a [0, din] block)
+        return jnp.zeros((num_rows, dout), out_dtype)
     blk = matmul_block(din, dout)
     offsets = _group_offsets(group_sizes)
     t0, t1 = _tile_types(offsets, num_rows, blk.bm)
@@ -144,6 +146,8 @@ def _pallas_forward(x, w, group_sizes, gather_idx, num_rows, interpret, out_dtyp
 
 
 def _pallas_dw(x, dy, group_sizes, gather_idx, w_shape, w_dtype, interpret):
+    if x.shape[0] == 0 or dy.shape[0] == 0:
+        return jnp.zeros(w_shape, w_dtype)
     num_types, din, dout = w_shape
     blk = matmul_block(din, dout)
     gathered = gather_idx is not None

@@ -66,7 +66,7 @@ def test_types_out_of_range_are_clamped(impl):
                             lambda x, w: reference(x, w, types), x, table)
 
 
-@pytest.mark.parametrize("impl", ["sorted_blocks"])
+@pytest.mark.parametrize("impl", ["sorted_blocks", "pallas_interpret"])  # an empty graph's typed messages
 def test_no_rows(impl):
     x, table, types = case(np.random.default_rng(3), 0, 3, 4, 2)
     check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl=impl, block=4),
