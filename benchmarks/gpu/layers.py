@@ -45,7 +45,7 @@ EXPECTED_KERNELS: dict[str, dict[str, int]] = {
     "gine": {"gnn_gather_reduce_sum": 2, "gnn_gather_compute": 1},
     "edgeconv": {"gnn_gather_reduce_max": 1, "gnn_gather_compute": 2},
     # the typed matmuls' forward and input cotangent on the kernel; the table's cotangent on XLA's blocked GEMMs
-    # (`jgnn.ops.typed_matmul._TABLE_COTANGENT_IMPL`)
+    # (`jgnn.ops.typed_matmul._XLA_TWIN`)
     "rgcn": {"gnn_gather_reduce_sum": 1, "gnn_gather_compute": 1, "gnn_typed_matmul": 2},
     "rgat": {"gnn_attention": 1, "gnn_head_reduce_sum": 2, "gnn_typed_matmul": 4},
     "hgt": {"gnn_attention": 1, "gnn_head_reduce_sum": 2, "gnn_head_compute": 1, "gnn_typed_matmul": 6},

@@ -62,16 +62,11 @@ class RegionFn(EdgeFn):
         if lanes:
             return _evaluate_lanes(program, rows, next((np.shape(x) for x in rows if np.ndim(x) == 2), None))
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
-        run = facts.run_resized(self.rows, block) if block != self.rows else _bind
+        run = facts.run_resized(self.rows, block) if block != self.rows else (lambda op, xs: op.run(*xs))
         return ir.evaluate(program, rows, run=_sixteen_bit_in_f32(run))
 
     def describe(self) -> str:
         return f"{len(self.ops)} ops"
-
-
-def _bind(op, xs) -> list:
-    out = compat.bind(op.prim, op.params, xs)
-    return list(out) if op.prim.multiple_results else [out]
 
 
 _SIXTEEN_BIT = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))

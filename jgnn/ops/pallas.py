@@ -21,6 +21,7 @@ Groups map to the kernels' operands by the walk: over destinations (the forward 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -259,12 +260,20 @@ def _not_in_triton(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals) -> tup
     """None when Pallas' Triton lowering takes every op of ``spec``'s edge function (derivatives included) as the
     per-head kernels run it, at its traced shapes. The interpreter would run any op, but a GPU would not compile
     a ``slice`` or a wide ``concatenate``, so such an op stays on XLA."""
+    rows = tuple(a if g == Group.SHARED else jax.ShapeDtypeStruct((region.rows,) + tuple(a.shape[1:]), a.dtype)
+                 for a, g in zip(operand_avals, spec.groups, strict=True))
+    prim = _triton_gap(spec, tuple((r.shape, np.dtype(r.dtype)) for r in rows))
+    return None if prim is None else (Reason.NOT_IN_TRITON, {"prim": prim})
+
+
+@functools.lru_cache(maxsize=256)
+def _triton_gap(spec: eo.EdgeSpec, rows: tuple) -> str | None:
+    """`pallas_kernels.compat.triton_gap` of ``spec.fn`` traced at ``rows`` ((shape, dtype) per operand), once per
+    op: `decide` runs for each lowering and each report of the same op."""
     import pallas_kernels.compat as pk_compat
 
-    rows = [a if g == Group.SHARED else jax.ShapeDtypeStruct((region.rows,) + tuple(a.shape[1:]), a.dtype)
-            for a, g in zip(operand_avals, spec.groups, strict=True)]
-    prim = pk_compat.triton_gap(jax.make_jaxpr(lambda *xs: spec.fn.apply(list(xs)))(*rows))
-    return None if prim is None else (Reason.NOT_IN_TRITON, {"prim": prim})
+    avals = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in rows]
+    return pk_compat.triton_gap(jax.make_jaxpr(lambda *xs: spec.fn.apply(list(xs)))(*avals))
 
 
 def _is_pow2(d: int) -> bool:

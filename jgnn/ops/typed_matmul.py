@@ -200,15 +200,16 @@ def _jvp(primals, tangents, *, impl, block, groups):
     return out, functools.reduce(jnp.add, terms)
 
 
-# The table's cotangent on the Pallas backends: the Triton kernel's own dW runs inside a custom VJP, which forward
-# mode cannot push through (a Hessian-vector product of a layer would fail), so it takes the XLA blocked GEMMs.
-_TABLE_COTANGENT_IMPL = {"pallas": "sorted_blocks", "pallas_interpret": "sorted_blocks"}
+# Where the Pallas backends' typed matmul (the Triton kernel; ragged_dot for wider types) cannot go, the XLA blocked
+# GEMMs stand in: under vmap (no batching rule for either) and for the table's cotangent (the kernel's own dW runs
+# inside a custom VJP, which forward mode cannot push through: a Hessian-vector product of a layer would fail).
+_XLA_TWIN = {"pallas": "sorted_blocks", "pallas_interpret": "sorted_blocks"}
 
 
 def _transpose(ct, x, table, types, *, impl, block, groups):
     """The cotangent of the one linear operand (the other is a primal). For ``x``: the op itself with the table's
     last two axes swapped, so every order of derivative keeps running the op's rules. For ``table``: the
-    pullback of an implementation that JAX differentiates in every mode (`_TABLE_COTANGENT_IMPL`)."""
+    pullback of an implementation that JAX differentiates in every mode (`_XLA_TWIN`)."""
     assert not ad.is_undefined_primal(types)
     (k,) = [j for j, a in enumerate((x, table)) if ad.is_undefined_primal(a)]
     aval = (x, table)[k].aval
@@ -217,19 +218,14 @@ def _transpose(ct, x, table, types, *, impl, block, groups):
     if k == 0:
         d = _bind(ct, jnp.swapaxes(table, -1, -2), types, impl=impl, block=block, groups=groups)
         return [d.astype(aval.dtype), None, None]
-    dw = lambda t: run(x, t, types, impl=_TABLE_COTANGENT_IMPL.get(impl, impl), block=block, groups=groups)
+    dw = lambda t: run(x, t, types, impl=_XLA_TWIN.get(impl, impl), block=block, groups=groups)
     zero = compat.vary_like([jnp.zeros(aval.shape, aval.dtype)], [x, ct])[0]  # inside shard_map: as the table
     (d,) = jax.vjp(dw, zero)[1](ct)
     return [None, d, None]
 
 
-# The Pallas backends' typed matmul (the Triton kernel; ragged_dot for wider types) has no batching rule: vmapped,
-# they run sorted_blocks.
-_BATCHED_IMPL = {"pallas": "sorted_blocks", "pallas_interpret": "sorted_blocks"}
-
-
 def _batch(args, dims, *, impl, block, groups):
-    impl = _BATCHED_IMPL.get(impl, impl)
+    impl = _XLA_TWIN.get(impl, impl)
     moved = [batching.bdim_at_front(a, d, next(np.shape(b)[e] for b, e in zip(args, dims, strict=True)
                                                if e is not compat.not_mapped))
              if d is not compat.not_mapped else a for a, d in zip(args, dims, strict=True)]
