@@ -84,6 +84,9 @@ class Reason(enum.StrEnum):
     NOT_IN_TRITON = "not_in_triton"
     UNSUPPORTED_DTYPE = "unsupported_dtype"
     NO_EDGES = "no_edges"
+    TYPED_MATMUL_KERNEL = "typed_matmul_kernel"
+    TYPED_MATMUL_RAGGED_DOT = "typed_matmul_ragged_dot"
+    TYPED_MATMUL_PER_HEAD = "typed_matmul_per_head"
     CSR_FROM_LAYOUT = "csr_from_layout"
     CSR_SORTED_IN_PROGRAM = "csr_sorted_in_program"
     # analysis / fallback
@@ -172,6 +175,11 @@ MESSAGES: dict[Reason, str] = {
     Reason.NOT_IN_TRITON: "{op}: runs on XLA: Pallas' Triton lowering has no rule for its {prim} at these shapes",
     Reason.UNSUPPORTED_DTYPE: "{op}: runs on XLA: the Pallas kernels take floating point, not {dtype}",
     Reason.NO_EDGES: "{op}: runs on XLA: no edges, nothing for a kernel to walk",
+    Reason.TYPED_MATMUL_KERNEL: "typed matmul: the Triton kernel (pallas_kernels.typed_matmul, {dtype})",
+    Reason.TYPED_MATMUL_RAGGED_DOT: "typed matmul: jax.lax.ragged_dot (the kernel takes 16- and 32-bit floats, not "
+                                    "{dtype})",
+    Reason.TYPED_MATMUL_PER_HEAD: "typed matmul: XLA per-row products (per-head tables; the kernel multiplies "
+                                  "2-D rows)",
     Reason.CSR_FROM_LAYOUT: "CSR from the GraphLayout passed in",
     Reason.CSR_SORTED_IN_PROGRAM: "CSR sorted inside the program (pass a GraphLayout to sort once on the host)",
     Reason.DATA_DEPENDENT_GATHER: "gather with data-dependent indices (not derived from the graph's index arrays)",

@@ -58,13 +58,18 @@ class Plan(NamedTuple):
         """Per-slot tile of a trailing shape in one program (size-1 split axes stay 1)."""
         return (1 if trailing[0] == 1 else self.split,) + tuple(_config.next_pow2(d) for d in trailing[1:])
 
+    def out_tile(self, trailing: Sequence[int]) -> tuple[int, ...]:
+        """Per-slot tile of an output: lane-wise (``trailing[0] == T``) or, for a value folded over its lanes,
+        one column per program block (``trailing[0]`` 1 or ``num_blocks``)."""
+        return (self.split if trailing[0] == self.axis else 1,) + self.tile(trailing)[1:]
+
     def body_tile(self, trailing: Sequence[int]) -> tuple[int, ...]:
         """Per-slot tile the body sees (size-1 split axes broadcast)."""
         return (self.split,) + self.tile(trailing)[1:]
 
     def widen(self, tile: Sequence[int]) -> tuple[int, ...]:
         """All programs' tiles side by side (the layout of partial states). A state tile's split axis has
-        ``split`` lanes, or 1 when the walk is not split."""
+        ``split`` lanes, or 1 for a value folded over its lanes (one column per program block)."""
         return (tile[0] * self.num_blocks,) + tuple(tile[1:])
 
 
@@ -179,7 +184,7 @@ def walk(body: Callable, csr: CSR, groups: Sequence[Sequence[jax.Array]], *, pla
     seed = jnp.zeros((1,), jnp.int32) if seed is None else seed
     tiles, ctx = abstract_inputs(plan)
     values, slots = jax.eval_shape(body, *tiles, ctx)
-    _check_tiles("slot values", slots, [(plan.block,) + plan.tile(s.shape[1:]) for s in slot_out])
+    _check_tiles("slot values", slots, [(plan.block,) + plan.out_tile(s.shape[1:]) for s in slot_out])
     state = () if monoid is None else jax.eval_shape(monoid.lift, values, _struct((plan.block, 1), jnp.bool_))
     if nnz == 0 or num_rows == 0:
         return _without_slots(plan, monoid, values, row_out, slot_out)
@@ -238,7 +243,8 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
                                                                                            strict=True))
     big, lanes = plan.block, plan.lanes
     k = big // lanes
-    i, offset = compat.program_id(0), compat.program_id(1) * plan.split
+    i, j = compat.program_id(0), compat.program_id(1)
+    offset = j * plan.split
     n_seg = seg_row.shape[0]
     # Per segment of this program ([k]) and per lane ([B, 1]: lane b serves segment b // lanes).
     seg_k = i * k + jax.lax.broadcasted_iota(jnp.int32, (k,), 0)
@@ -276,7 +282,7 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
         edge_tiles = _load_group(edge_refs, 2, eid, ok, plan, offset, big, interpret=interpret)
         vals, slot_vals = body(col_tiles, row_tiles, edge_tiles, shared_tiles, Ctx(eid, ok, offset, seed))
         for ref, v in zip(slot_refs, slot_vals, strict=True):
-            acc.scatter_tile(ref, eid, ok, v, offset, interpret=interpret)
+            acc.scatter_tile(ref, eid, ok, v, _at(j, v), interpret=interpret)
         if monoid is not None:
             state = monoid.combine(state, monoid.lift(tuple(vals), ok))
         return state, upcoming
@@ -294,9 +300,9 @@ def _main_kernel(*refs, body, plan: Plan, monoid, num_rows, counts, values, inte
     part_k = acc.load_vector(seg_part, seg_k, ok_k, -1, interpret=interpret)
     whole = ok_k & (part_k < 0) & (rows_k < num_rows)
     for ref, v in zip(row_refs, monoid.finalize(state, end_k - start_k), strict=True):
-        acc.scatter_tile(ref, rows_k, whole, v, offset, interpret=interpret)
+        acc.scatter_tile(ref, rows_k, whole, v, _at(j, v), interpret=interpret)
     for ref, v in zip(part_refs, state if part_refs else (), strict=True):
-        acc.scatter_tile(ref, part_k, ok_k & (part_k >= 0), v, offset, interpret=interpret)
+        acc.scatter_tile(ref, part_k, ok_k & (part_k >= 0), v, _at(j, v), interpret=interpret)
 
 
 def _combine(csr: CSR, plan: Plan, monoid: Monoid, values, partials, rows, *, interpret: bool, name: str):
@@ -318,7 +324,7 @@ def _combine_kernel(*refs, plan: Plan, monoid: Monoid, num_rows, values, counts,
     row_ref, first_ref, count_ref, indptr_ref = refs[:4]
     n_part, n_row = counts
     part_refs, out_refs = refs[4:4 + n_part], refs[4 + n_part + n_row:]
-    q, offset = compat.program_id(0), compat.program_id(1) * plan.split
+    q, j = compat.program_id(0), compat.program_id(1)
     big = plan.block
     row = acc.load_scalar(row_ref, q, interpret=interpret)
     first = acc.load_scalar(first_ref, q, interpret=interpret)
@@ -329,7 +335,7 @@ def _combine_kernel(*refs, plan: Plan, monoid: Monoid, num_rows, values, counts,
     def step(c, state):
         p = first + c * big + lane
         ok = p < first + count
-        loaded = tuple(acc.gather_tile(ref, p, ok, x.shape[1:], offset, interpret=interpret)
+        loaded = tuple(acc.gather_tile(ref, p, ok, x.shape[1:], _at(j, x), interpret=interpret)
                        for ref, x in zip(part_refs, identity, strict=True))
         return monoid.combine(state, _where_state(ok, loaded, identity))
 
@@ -340,7 +346,15 @@ def _combine_kernel(*refs, plan: Plan, monoid: Monoid, num_rows, values, counts,
                                                                                      interpret=interpret)
     own = jnp.full((1,), row, jnp.int32)
     for ref, v in zip(out_refs, monoid.finalize(state, jnp.reshape(deg, (1,))), strict=True):
-        acc.scatter_tile(ref, own, own < num_rows, v, offset, interpret=interpret)
+        acc.scatter_tile(ref, own, own < num_rows, v, _at(j, v), interpret=interpret)
+
+
+def _at(j, tile: jax.Array):
+    """Offset along the split axis of program block ``j``'s output ``tile`` ``[n, t, ...]``: ``t`` is the
+    plan's ``split`` for a lane-wise output, or 1 for a value the body folded over its lanes, which each block
+    writes as its own partial (column ``j`` of a ``[*, num_blocks, ...]`` output; callers sum the columns).
+    A size-1 output ignores the offset (:func:`pallas_kernels._access.gather_tile`)."""
+    return j * tile.shape[1]
 
 
 def _sum_lift(values, valid):

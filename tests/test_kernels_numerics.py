@@ -374,7 +374,7 @@ def _reduce_case(seed, width, dtype, reduce, edge_fn=_edge_fn3, **graph_kw):
 
 @pytest.mark.parametrize("reduce,width,dtype,slots", [
     ("sum", 7, jnp.float32, 4), ("mean", 41, jnp.bfloat16, None), ("max", 1, jnp.float32, 8),
-    ("min", 7, jnp.float16, None),
+    ("min", 7, jnp.float16, None), ("sum", 602, jnp.float32, 8),
 ])
 def test_gather_reduce_grad_matches_reference(reduce, width, dtype, slots):
     _reduce_case(11, width, dtype, reduce, segment_slots=slots)
@@ -403,12 +403,15 @@ def test_gather_reduce_keeps_an_edge_operand_only_if_its_backward_reads_it(reduc
     assert (not kept) if reduce in ("sum", "mean") else kept
 
 
-@pytest.mark.parametrize("width,dtype,builder", [(7, jnp.float32, "jax"), (41, jnp.bfloat16, "numpy")])
-def test_gather_compute_grad_matches_reference(width, dtype, builder):
+# Width 602 splits the pullback walks over 8 feature blocks: the broadcast operands' cotangents (``a``, and ``w``
+# of width 1) are then summed from one partial column per block.
+@pytest.mark.parametrize("width,edge_width,dtype,builder", [
+    (7, 7, jnp.float32, "jax"), (41, 41, jnp.bfloat16, "numpy"), (602, 1, jnp.float32, "jax")])
+def test_gather_compute_grad_matches_reference(width, edge_width, dtype, builder):
     rng = np.random.default_rng(14)
     _, _, valid, fwd, rev = make_graph(rng, builder=builder, segment_slots=8)
     n, e = fwd.num_rows, len(valid)
-    x, a, w = _rand(rng, (n, width), dtype), _rand(rng, (n, 1), dtype), _rand(rng, (e, width), dtype)
+    x, a, w = _rand(rng, (n, width), dtype), _rand(rng, (n, 1), dtype), _rand(rng, (e, edge_width), dtype)
 
     def kern(x, a, w):
         return pk.gather_compute(_edge_fn3, (x, a), (x,), (w,), fwd, rev, interpret=True)

@@ -223,3 +223,36 @@ def test_pallas_kernel_in_every_derivative_order(groups):
     hvp = lambda f: jax.jvp(jax.grad(loss(f), argnums=(0, 1)), (x, table), (tx, tw))[1]
     for got, want in zip(hvp(run), hvp(lambda x, w: reference(x, w, types)), strict=True):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype,heads,code", [
+    ("float32", (), "typed_matmul_kernel"), ("float64", (), "typed_matmul_ragged_dot"),
+    ("float32", (2,), "typed_matmul_per_head")])
+def test_explain_names_the_engine_the_pallas_backend_runs(dtype, heads, code):
+    """On a Pallas backend the report's typed-matmul record names the engine that runs (`tm.pallas_engine`,
+    which the lowering itself asks): the Triton kernel for 32-bit floats, ragged_dot for float64, XLA's per-row
+    products for per-head tables. The layer's result is the reference backend's."""
+    from graph_cases import random_graph
+
+    import jgnn
+    from jgnn.report import Reason
+
+    with x64():
+        rng = np.random.default_rng(41)
+        graph = random_graph(rng, 12, 40, 6 * int(np.prod(heads)), edge_types=3, dtype=jnp.dtype(dtype))
+        w = jnp.asarray(rng.normal(size=(3, *heads, 6, 5)), dtype)
+
+        def phi(s, d, e):
+            return jnp.einsum("...i,...io->...o", s["h"].reshape(*heads, 6), w[e["type"]]).reshape(-1)
+
+        def rho(mb, node):
+            return jgnn.sum(mb)
+
+        layer, ref = (jgnn.message_passing(phi, rho, lambda n, agg: {"h": agg}, backend=b)
+                      for b in ("pallas_interpret", "reference"))
+        records = [k for k in jgnn.explain(layer, graph).kernels if k.op == "typed_matmul"]
+        assert [(k.lowering, k.code) for k in records] == [(tm.pallas_engine(jnp.zeros((1, *heads, 6), dtype), w),
+                                                            Reason(code))]
+        assert records[0].lowering == {"typed_matmul_kernel": "triton_kernel", "typed_matmul_ragged_dot": "ragged_dot",
+                                       "typed_matmul_per_head": "reference"}[code]
+        np.testing.assert_allclose(layer(graph).nodes["h"], ref(graph).nodes["h"], rtol=1e-5, atol=1e-5)

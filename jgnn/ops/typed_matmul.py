@@ -29,6 +29,7 @@ from jax.interpreters import ad, batching, mlir
 from jgnn import compat, facts
 from jgnn.facts import Info
 from jgnn.ops import edge_op as eo
+from jgnn.report import Reason
 from jgnn.roles import Movement
 
 IMPLS = ("sorted_blocks", "static_groups", "pallas", "pallas_interpret", "reference")
@@ -155,18 +156,37 @@ def _blocked_matmul(x, table, position, block_type, block: int):
     return jnp.take(yb.reshape((capacity,) + yb.shape[2:]), position, axis=0, unique_indices=True).astype(dtype)
 
 
+#: What the Pallas backends run for each engine ``pallas_engine`` names, and the report's reason code for it.
+PALLAS_ENGINES: dict[str, Reason] = {
+    "triton_kernel": Reason.TYPED_MATMUL_KERNEL,  # pallas_kernels.typed_matmul's Triton kernel
+    "ragged_dot": Reason.TYPED_MATMUL_RAGGED_DOT,  # XLA's grouped GEMM, for types the kernel does not take
+    "reference": Reason.TYPED_MATMUL_PER_HEAD,  # per-head tables: the kernel multiplies 2-D rows only
+}
+
+
+def pallas_engine(x, table) -> str:
+    """The engine (a key of `PALLAS_ENGINES`) a Pallas backend runs ``x @ table[types]`` on; ``x`` and
+    ``table`` are arrays or avals. The lowering and `explain` both ask here, so the report is what runs."""
+    import pallas_kernels as pk
+
+    if _heads(x):
+        return "reference"
+    impl = pk.auto_impl(jnp.result_type(x.dtype, table.dtype))
+    return {"pallas": "triton_kernel", "ragged_dot": "ragged_dot"}[impl]
+
+
 def _pallas(x, table, types, *, backend: str, **_):
     import pallas_kernels as pk
 
-    interpret = eo.INTERPRET[backend]
+    engine = pallas_engine(x, table)
     groups = table.shape[0]
     types = jnp.clip(types, 0, groups - 1)
+    if engine == "reference":
+        return reference(x, table, types)
     order = jnp.argsort(types, stable=True)
     sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
-    xs = x[order]
-    if _heads(x):
-        return reference(x, table, types)
-    ys = pk.typed_matmul(xs, table, sizes, impl="auto", interpret=interpret)
+    impl = "pallas" if engine == "triton_kernel" else "ragged_dot"
+    ys = pk.typed_matmul(x[order], table, sizes, impl=impl, interpret=eo.INTERPRET[backend])
     return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from jgnn import facts, ir
+from jgnn.ops import typed_matmul as tm
 from jgnn.ops.gather import gather_p
 from jgnn.ops.typed_matmul import typed_matmul_p
 from jgnn.passes.canonicalize import unwrapped
@@ -221,9 +223,14 @@ def merge(program: ir.Program, ctx: Context) -> ir.Program:
         if op.prim is typed_matmul_p:
             x, table, types = op.inputs
             impl = op.params["impl"]
-            ctx.report.kernel("typed_matmul", ctx.backend, impl, Reason.GROUPED_MATMUL,
+            lowering, code = impl, Reason.GROUPED_MATMUL
+            if impl in ("pallas", "pallas_interpret"):
+                lowering = tm.pallas_engine(x, table)
+                code = tm.PALLAS_ENGINES[lowering]
+            ctx.report.kernel("typed_matmul", ctx.backend, lowering, code,
                               index=ctx.info(types).index.value if ctx.info(types).index else "type",
-                              rows=x.shape[0], d_in=x.shape[-1], d_out=table.shape[-1], impl=impl)
+                              rows=x.shape[0], d_in=x.shape[-1], d_out=table.shape[-1], impl=impl,
+                              dtype=str(jnp.result_type(x.dtype, table.dtype)))
     return out
 
 
