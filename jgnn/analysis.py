@@ -26,13 +26,19 @@ class InputTag:
     role: str  # nodes, edges, senders, receivers, n_node, n_edge, globals, node_type, edge_type, shared, or a
     # GraphLayout leaf: layout, edge_pair, pair_src, pair_type
     graph: int = 0
-    edges: str | None = None  # for layout leaves: the edge list the layout describes
+    # The edge list a graph's edge leaves (default ``g{graph}``) or a layout's leaves belong to: ``g{graph}+loops``
+    # when a layer passes its graph with the self-loops already appended, together with a looped layout.
+    edges: str | None = None
+
+
+#: Roles of `GraphLayout` leaves (see `layout_info`).
+LAYOUT_ROLES = frozenset({"layout", "edge_pair", "pair_src", "pair_type"})
 
 
 def input_info(tag: InputTag) -> Info:
-    g, edges = tag.graph, f"g{tag.graph}"
-    if tag.edges is not None:
-        return layout_info(tag.role, g, tag.edges)
+    g, edges = tag.graph, tag.edges or f"g{tag.graph}"
+    if tag.role in LAYOUT_ROLES:
+        return layout_info(tag.role, g, edges)
     table = {
         "nodes": Info(Residency.NODE, graph=g), "edges": Info(Residency.EDGE, graph=g, edges=edges),
         "globals": Info(Residency.GRAPH, graph=g),

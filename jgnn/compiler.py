@@ -145,6 +145,14 @@ def normalize_layouts(layout, flat: Flat) -> dict[int, layout_lib.GraphLayout]:
     return out
 
 
+def _graph_tags(flat: Flat, layouts: dict[int, layout_lib.GraphLayout]) -> list[analysis_lib.InputTag]:
+    """The graph arguments' tags, with the edge list of a graph whose layout says its edges already hold the
+    self-loops (`GraphLayout.looped_input`: a layer's inner call) named as that layout's, so the two match."""
+    looped = {gi for gi, lay in layouts.items() if lay.looped_input(flat.graphs[gi])}
+    return [dataclasses.replace(t, edges=layouts[t.graph].edges_name(t.graph))
+            if t.role != "shared" and t.graph in looped else t for t in flat.tags]
+
+
 def _layout_inputs(layouts: dict[int, layout_lib.GraphLayout]):
     """(flat leaves, tags, (graph, edges name, tree, pair roles)) of every layout, in graph order."""
     leaves, tags, described = [], [], []
@@ -229,7 +237,7 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
     layout_leaves, layout_tags, described = _layout_inputs(layouts)
     layout_values = [ir.Value(tuple(np.shape(x)), x.dtype) for x in layout_leaves]
     program = ir.Program(program.inputs + layout_values, program.outputs, program.ops)
-    tags = list(flat.tags) + [analysis_lib.InputTag("shared")] * len(traced.consts) + layout_tags
+    tags = _graph_tags(flat, layouts) + [analysis_lib.InputTag("shared")] * len(traced.consts) + layout_tags
     ctx = facts.Ctx(graph_sizes(flat))
     analysis = analysis_lib.analyze(program, tags, ctx)
     sizes0 = ctx.sizes.get(0, {})
@@ -254,7 +262,8 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
             vals = tuple(layout_values[k:k + count])
             k += count
             lay = jax.tree_util.tree_unflatten(tree, vals)
-            lays.append(LayoutInputs(gi, edges, vals, tree, lay.pairs, lay.pair_groups, lay.node_groups))
+            lays.append(LayoutInputs(gi, edges, vals, tree, lay.pairs, lay.pair_groups, lay.node_groups,
+                                     lay.num_nodes if lay.self_loops else 0))
         pctx = Context(analysis, report, backend, tags, tuple(lays))
         program = passes.optimize(program, pctx)
         names = remat_lib.value_names(program, analysis)

@@ -109,11 +109,12 @@ class GraphLayout:
     node_groups: tuple[tuple[int, int, int], ...] = ()
     node_digest: str = ""
     looped_digest: str = ""  # self_loops: the fingerprint of the edges with the loops, which a layer's inner call sees
+    num_edges: int = 0  # edges of the list it describes, the loops included (E, or E + N with self_loops)
 
     def tree_flatten(self):
         return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed,
                                                       self.pair_groups, self.node_groups, self.node_digest,
-                                                      self.looped_digest)
+                                                      self.looped_digest, self.num_edges)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -141,7 +142,8 @@ class GraphLayout:
         node_types = graph_lib.node_types(graph)
         node_groups = _node_runs(node_types)
         return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs), node_groups=node_groups,
-                   node_digest=_node_digest(node_types) if node_groups else "", looped_digest=looped_digest)
+                   node_digest=_node_digest(node_types) if node_groups else "", looped_digest=looped_digest,
+                   num_edges=int(senders.shape[0]))
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""
@@ -151,6 +153,11 @@ class GraphLayout:
     def edges_name(self, graph: int) -> str:
         """The edge list the compiler matches this layout to (`jgnn.facts.Info.edges`)."""
         return f"g{graph}+loops" if self.self_loops else f"g{graph}"
+
+    def looped_input(self, graph: jraph.GraphsTuple) -> bool:
+        """Whether ``graph``'s own edges are this layout's looped list: a layer appends the loops itself and passes
+        the result with the layout to its inner call (the edge count tells it from the graph without loops)."""
+        return self.self_loops and graph.senders is not None and np.shape(graph.senders)[0] == self.num_edges
 
     def check(self, graph: jraph.GraphsTuple) -> None:
         """Raise `LayoutMismatchError` if the graph's (concrete) edges are not the ones this layout was built for."""

@@ -56,17 +56,19 @@ def _gcn_jraph(graph: jraph.GraphsTuple, params):
     return jax.ops.segment_sum(messages, graph.receivers, graph.nodes.shape[0])
 
 
+def _gat_phi(s, d, p):
+    z = s @ p["w"]
+    logit = jax.nn.leaky_relu(z @ p["a_src"] + (d @ p["w"]) @ p["a_dst"], 0.2)
+    return {"logit": logit, "v": z}
+
+
+def _gat_rho(mb, node):
+    return jgnn.sum(jgnn.softmax(mb["logit"])[:, None] * mb["v"])
+
+
 def _gat_layer(backend):
-    def phi(s, d, e, p):
-        z = s @ p["w"]
-        logit = jax.nn.leaky_relu(z @ p["a_src"] + (d @ p["w"]) @ p["a_dst"], 0.2)
-        return {"logit": logit, "v": z}
-
-    def rho(mb, node):
-        return jgnn.sum(jgnn.softmax(mb["logit"])[:, None] * mb["v"])
-
     def apply(graph, params):
-        layer = jgnn.message_passing(lambda s, d, e: phi(s, d, e, params), rho, backend=backend)
+        layer = jgnn.message_passing(lambda s, d, e: _gat_phi(s, d, params), _gat_rho, backend=backend)
         return layer(graph).nodes
 
     return apply
@@ -164,6 +166,36 @@ def test_lifted_chains_say_whether_unread_rows_are_masked(program, masked):
     lifted = [d for d in report.decisions if d.by == Pass.BROADCAST_REORDER and d.code == Reason.LIFTED]
     assert lifted and all(d.get("masked_unread") is masked for d in lifted)
     assert not report.fallbacks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_layers_inner_call_with_a_looped_layout_reads_every_row_and_the_layouts_csr(backend):
+    """How `jgnn.nn` layers call their inner layer: the loops appended outside it, passed as graph arguments with a
+    ``self_loops`` layout. The layout names those edges, so the fused op walks its CSR (on the kernels) and no
+    lifted op masks a row (every node has a loop). Values and gradients equal the reference's; the same layer on
+    the graph without loops and a plain layout still masks (nodes 7 to 9 send nothing)."""
+    from jgnn.layout import GraphLayout, with_self_loops
+
+    rng = np.random.default_rng(16)
+    g = _graph(rng)
+    params = _weights(rng)
+    ref = _gat_layer("reference")
+    looped, lay = with_self_loops(g), GraphLayout.from_graph(g, self_loops=True)
+    inner = jgnn.message_passing(lambda s, d, e: {"logit": jnp.sum(s @ params["w"]), "v": s @ params["w"]},
+                                 lambda mb, node: jgnn.sum(jgnn.softmax(mb["logit"])[:, None] * mb["v"]),
+                                 backend=backend)
+    for graph, layout, masked, csr in [(looped, lay, False, Reason.CSR_FROM_LAYOUT),
+                                       (g, GraphLayout.from_graph(g), True, Reason.CSR_FROM_LAYOUT),
+                                       (looped, None, True, Reason.CSR_SORTED_IN_PROGRAM)]:
+        report = jgnn.explain(inner, graph, layout=layout)
+        lifted = [d for d in report.decisions if d.by == Pass.BROADCAST_REORDER and d.code == Reason.LIFTED]
+        assert lifted and all(d.get("masked_unread") is masked for d in lifted), (layout, lifted)
+        if backend == "pallas_interpret":
+            assert [k.get("csr") for k in report.kernels] == [csr]
+    wrap = _as_args(looped, params)
+    check_against_reference(wrap(lambda h, p: jgnn.message_passing(
+        lambda s, d, e: _gat_phi(s, d, p), _gat_rho, backend=backend)(h, layout=lay).nodes),
+        wrap(ref), looped.nodes, params)
 
 
 def _typed_jraph(graph: jraph.GraphsTuple, params):

@@ -22,9 +22,9 @@ rows are never gathered). A first op that both ends apply alike (``h[src] @ W`` 
 ``h @ W`` after CSE) reads ``h`` masked for the rows either end reads, which is as exact (the reference applies
 that op to each such row); each end's later ops mask its result again for their own gather. A per-node table
 ``W[type]`` masks its types, so it stays a typed table. No mask is made for ids that provably read every row
-(they append ``arange(N)``: a self-loop per node). ``LIFTED`` decisions say whether the op's node operands are
-masked (``masked_unread``). A mask costs a pass over its operand (a GAT layer's loops read every row, but the
-layer's own program gets them as a graph argument and cannot see that).
+(they append ``arange(N)``: a self-loop per node), or whose layout says so (a layer that appends the loops
+itself passes them to its inner call as a graph argument, with a ``self_loops`` layout). ``LIFTED`` decisions say
+whether the op's node operands are masked (``masked_unread``). A mask costs a pass over its operand.
 """
 
 from __future__ import annotations
@@ -142,6 +142,18 @@ def _reads_every_row(ids: ir.Atom, rows: int, made_by) -> bool:
                         and len(op.params["shape"]) == 1 and op.params["shape"][0] >= rows for a in cat.inputs)
 
 
+def _layout_loops_cover(ids: ir.Atom, rows: int, made_by, ctx: Context) -> bool:
+    """Whether ``ids`` are a graph argument's senders or receivers (not ids computed from them) whose layout
+    holds a self-loop for each of the ``rows`` nodes (`LayoutInputs.loop_nodes`): a layer that appends the loops
+    before its inner call passes them as a graph argument, where `_reads_every_row` cannot see the ``arange``;
+    the layout's static facts say it instead."""
+    if not isinstance(ids, ir.Value) or ids.id in made_by:
+        return False
+    info = ctx.info(ids)
+    lay = ctx.layout_for(info.edges) if info.index in ENDPOINTS else None
+    return lay is not None and rows <= lay.loop_nodes
+
+
 def _shared_first_ops(program: ir.Program, ctx: Context) -> dict[int, frozenset]:
     """For each op on lazily gathered rows, the gathers (`_Lazy.key`) whose rows an identical op reads.
 
@@ -168,15 +180,16 @@ class _Masks:
     """Masked node values (`_unread_masked`) and the rows each gather reads, each made once (CSE then shares the
     read rows of one ids across layers)."""
 
-    def __init__(self, b: Builder, made_by):
-        self.b, self.made_by, self.reads, self.masked = b, made_by, {}, {}
+    def __init__(self, b: Builder, made_by, ctx: Context):
+        self.b, self.made_by, self.ctx, self.reads, self.masked = b, made_by, ctx, {}, {}
         self.gathers: dict[tuple, tuple] = {}  # key -> (ids, gather params)
 
     def note(self, lz: _Lazy) -> None:
         self.gathers.setdefault(lz.key, (lz.ids, lz.params))
 
     def every_row(self, key: tuple, rows: int) -> bool:
-        return _reads_every_row(self.gathers[key][0], rows, self.made_by)
+        ids = self.gathers[key][0]
+        return _reads_every_row(ids, rows, self.made_by) or _layout_loops_cover(ids, rows, self.made_by, self.ctx)
 
     def _reads_of(self, keys: frozenset, rows: int) -> ir.Atom:
         if (keys, rows) not in self.reads:
@@ -220,7 +233,7 @@ class _Masks:
 def run(program: ir.Program, ctx: Context) -> ir.Program:
     made_by = ir.producers(program)
     b = Builder(program, ctx)
-    masks = _Masks(b, made_by)
+    masks = _Masks(b, made_by, ctx)
     first_readers = _shared_first_ops(program, ctx)
     for op in program.ops:  # a shared first op may be met before the gather of its other end
         if _is_lazy_gather(op, ctx):
