@@ -284,8 +284,7 @@ def _nested_kernels(program: ir.Program, report: Report) -> None:
     for op in program.ops:
         if op.prim is edge_op_p:
             spec = op.params["spec"]
-            choice = lowering.decide(spec, [a.aval for a in op.inputs[2:2 + len(spec.groups)]])
-            report.kernel(spec.name, spec.backend, choice.impl, choice.code, nested=True, **dict(choice.params))
+            lowering.record(report, spec, [a.aval for a in op.inputs[2:2 + len(spec.groups)]], nested=True)
 
 
 def _evaluate(program: ir.Program, names: dict, policy, *flat):

@@ -99,6 +99,15 @@ def decide(spec: eo.EdgeSpec, operand_avals) -> Choice:
     return Choice("blocks", block, Reason.LOWER_BLOCKS, (("block", block), ("budget", budget), ("bytes", total)))
 
 
+def record(report, spec: eo.EdgeSpec, operand_avals, **extra) -> None:
+    """Add the kernel record of `decide`'s choice to ``report``; a kernel's also says where its CSR comes from."""
+    choice = decide(spec, operand_avals)
+    params = dict(choice.params)
+    if choice.impl == "kernel":
+        params["csr"] = Reason.CSR_FROM_LAYOUT if spec.layout else Reason.CSR_SORTED_IN_PROGRAM
+    report.kernel(spec.name, spec.backend, choice.impl, choice.code, **extra, **params)
+
+
 # ---- run ------------------------------------------------------------------------------------------------------
 
 def run(*args, spec: eo.EdgeSpec) -> list:

@@ -201,13 +201,9 @@ def _spec_and_operands(ctx: Context, root: ir.Op, fn: RegionFn, found: Operands,
     return spec, operands
 
 
-def _record(ctx: Context, spec: EdgeSpec, operands, layout: bool) -> None:
-    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in operands[2:2 + len(spec.groups)]]
-    choice = lowering.decide(spec, avals)
-    params = dict(choice.params)
-    if choice.impl == "kernel":
-        params["csr"] = Reason.CSR_FROM_LAYOUT if layout else Reason.CSR_SORTED_IN_PROGRAM
-    ctx.report.kernel(spec.name, ctx.backend, choice.impl, choice.code, **params)
+def _record(ctx: Context, spec: EdgeSpec, operands) -> None:
+    lowering.record(ctx.report, spec, [jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                       for a in operands[2:2 + len(spec.groups)]])
 
 
 def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
@@ -232,7 +228,7 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
         return None
     spec, operands = built
     extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
-    _record(ctx, spec, operands, spec.layout > 0)
+    _record(ctx, spec, operands)
     ctx.applied(Pass.FUSE, Reason.FUSED_REDUCE, ops=len(region.ops), reduce=kind, edges=e, shape=list(msg.shape),
                 **_group_counts(found))
     return spec, region.ops, operands, extra, region.copies
@@ -330,7 +326,7 @@ def _plan_attention(root: ir.Op, ctx: Context, made_by, users, order):
         return None
     spec, operands = built
     extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
-    _record(ctx, spec, operands, spec.layout > 0)
+    _record(ctx, spec, operands)
     ctx.applied(Pass.FUSE, Reason.FUSED_ATTENTION, edges=e, scores=list(scores.shape), **_group_counts(found))
     fused = score_region.ops + [sm] + region.ops
     return spec, fused, operands, extra, region.copies | score_region.copies
