@@ -35,6 +35,7 @@ from jgnn import bucketing, facts, ir
 from jgnn import layout as layout_lib
 from jgnn import remat as remat_lib
 from jgnn.report import CacheStats, EquationRecord, Report
+from jgnn.roles import Index
 
 BACKENDS = ("auto", "pallas", "pallas_interpret", "xla", "reference")
 _GRAPH_ROLES = {"nodes": "nodes", "edges": "edges", "senders": "senders", "receivers": "receivers",
@@ -262,8 +263,9 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
             vals = tuple(layout_values[k:k + count])
             k += count
             lay = jax.tree_util.tree_unflatten(tree, vals)
+            ends = {Index.SRC: lay.every_node_sends, Index.DST: lay.every_node_receives}
             lays.append(LayoutInputs(gi, edges, vals, tree, lay.pairs, lay.pair_groups, lay.node_groups,
-                                     lay.num_nodes if lay.self_loops else 0))
+                                     lay.num_nodes, frozenset(end for end, every in ends.items() if every)))
         pctx = Context(analysis, report, backend, tags, tuple(lays))
         program = passes.optimize(program, pctx)
         names = remat_lib.value_names(program, analysis)

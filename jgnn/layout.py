@@ -76,6 +76,12 @@ def with_self_loops(graph: jraph.GraphsTuple) -> jraph.GraphsTuple:
                           n_edge=graph.n_edge + jnp.asarray(graph.n_node, jnp.result_type(graph.n_edge)))
 
 
+def _every_node(ids: np.ndarray, n: int) -> bool:
+    """Whether every id in [0, n) occurs in ``ids`` (ids outside that range read no row of their own)."""
+    inside = ids[(ids >= 0) & (ids < n)]
+    return n > 0 and bool(np.all(np.bincount(inside, minlength=n) > 0))
+
+
 def fingerprint(senders, receivers, types=None) -> str:
     """A digest of an edge list (and its edge types): what a layout checks a graph against."""
     h = hashlib.blake2b(digest_size=12)
@@ -110,11 +116,16 @@ class GraphLayout:
     node_digest: str = ""
     looped_digest: str = ""  # self_loops: the fingerprint of the edges with the loops, which a layer's inner call sees
     num_edges: int = 0  # edges of the list it describes, the loops included (E, or E + N with self_loops)
+    # Whether every node id in [0, N) occurs among the senders (receivers) of that list: a node op lifted out of
+    # the edges then has no unread row to mask (`jgnn.passes.broadcast_reorder`).
+    every_node_sends: bool = False
+    every_node_receives: bool = False
 
     def tree_flatten(self):
         return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed,
                                                       self.pair_groups, self.node_groups, self.node_digest,
-                                                      self.looped_digest, self.num_edges)
+                                                      self.looped_digest, self.num_edges, self.every_node_sends,
+                                                      self.every_node_receives)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -143,12 +154,14 @@ class GraphLayout:
         node_groups = _node_runs(node_types)
         return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs), node_groups=node_groups,
                    node_digest=_node_digest(node_types) if node_groups else "", looped_digest=looped_digest,
-                   num_edges=int(senders.shape[0]))
+                   num_edges=int(senders.shape[0]), every_node_sends=_every_node(senders, n),
+                   every_node_receives=_every_node(receivers, n))
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""
         return dataclasses.replace(self, csr=self.rev_csr, rev_csr=self.csr, pairs=None, reversed=not self.reversed,
-                                   pair_groups=())
+                                   pair_groups=(), every_node_sends=self.every_node_receives,
+                                   every_node_receives=self.every_node_sends)
 
     def edges_name(self, graph: int) -> str:
         """The edge list the compiler matches this layout to (`jgnn.facts.Info.edges`)."""

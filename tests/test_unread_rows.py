@@ -198,6 +198,32 @@ def test_a_layers_inner_call_with_a_looped_layout_reads_every_row_and_the_layout
         wrap(ref), looped.nodes, params)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_layout_in_which_every_node_sends_needs_no_mask(backend):
+    """The layout counts on the host whether every node occurs among the senders (receivers): with edges out of
+    nodes 7 to 9 too, the lifted ``h @ W`` of a jraph GCN reads every row, so it is not masked; the layout of
+    the original graph (nodes 7 to 9 send nothing) still masks, and so does the call without a layout. A
+    reversed layout swaps the two counts."""
+    from jgnn.layout import GraphLayout
+
+    rng = np.random.default_rng(17)
+    g = _graph(rng)
+    extra = np.array([7, 8, 9], np.int32)
+    full = g._replace(senders=jnp.concatenate([g.senders, extra]),
+                      receivers=jnp.concatenate([g.receivers, extra[::-1]]), n_edge=g.n_edge + 3)
+    lay = GraphLayout.from_graph(full)
+    assert (lay.every_node_sends, lay.every_node_receives) == (True, False)  # nothing reaches nodes 4 and 6
+    assert (lay.reverse().every_node_sends, lay.reverse().every_node_receives) == (False, True)
+    params = _weights(rng)
+    compiled = jgnn.compile(_gcn_jraph, backend=backend)
+    for graph, layout, masked in [(full, lay, False), (full, None, True), (g, GraphLayout.from_graph(g), True)]:
+        report = jgnn.explain(compiled, graph, params, layout=layout)
+        lifted = [d for d in report.decisions if d.by == Pass.BROADCAST_REORDER and d.code == Reason.LIFTED]
+        assert lifted and all(d.get("masked_unread") is masked for d in lifted), (layout, lifted)
+    check_against_reference(lambda h, p: compiled(full._replace(nodes=h), p, layout=lay),
+                            lambda h, p: _gcn_jraph(full._replace(nodes=h), p), full.nodes, params)
+
+
 def _typed_jraph(graph: jraph.GraphsTuple, params):
     """``x[src] @ W[type[src]]``: the per-node table ``W[type]`` is lifted with ``x``."""
     h, types = graph.nodes["h"], graph.nodes["type"]

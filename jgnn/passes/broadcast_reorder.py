@@ -22,9 +22,10 @@ rows are never gathered). A first op that both ends apply alike (``h[src] @ W`` 
 ``h @ W`` after CSE) reads ``h`` masked for the rows either end reads, which is as exact (the reference applies
 that op to each such row); each end's later ops mask its result again for their own gather. A per-node table
 ``W[type]`` masks its types, so it stays a typed table. No mask is made for ids that provably read every row
-(they append ``arange(N)``: a self-loop per node), or whose layout says so (a layer that appends the loops
-itself passes them to its inner call as a graph argument, with a ``self_loops`` layout). ``LIFTED`` decisions say
-whether the op's node operands are masked (``masked_unread``). A mask costs a pass over its operand.
+(they append ``arange(N)``: a self-loop per node), or whose layout says so (every node occurs among them,
+counted on the host: the loops a layer appends before its inner call, or a graph in which every node sends or
+receives). ``LIFTED`` decisions say whether the op's node operands are masked (``masked_unread``). A mask costs a
+pass over its operand.
 """
 
 from __future__ import annotations
@@ -142,16 +143,16 @@ def _reads_every_row(ids: ir.Atom, rows: int, made_by) -> bool:
                         and len(op.params["shape"]) == 1 and op.params["shape"][0] >= rows for a in cat.inputs)
 
 
-def _layout_loops_cover(ids: ir.Atom, rows: int, made_by, ctx: Context) -> bool:
-    """Whether ``ids`` are a graph argument's senders or receivers (not ids computed from them) whose layout
-    holds a self-loop for each of the ``rows`` nodes (`LayoutInputs.loop_nodes`): a layer that appends the loops
-    before its inner call passes them as a graph argument, where `_reads_every_row` cannot see the ``arange``;
-    the layout's static facts say it instead."""
+def _layout_reads_every_row(ids: ir.Atom, rows: int, made_by, ctx: Context) -> bool:
+    """Whether ``ids`` are a graph argument's senders or receivers (not ids computed from them) at which, by their
+    layout, every one of the ``rows`` nodes occurs (`LayoutInputs.every_node`, counted on the host). That covers
+    the self-loops a layer appends before its inner call, which `_reads_every_row` cannot see there, and any
+    graph whose every node sends (or receives) an edge."""
     if not isinstance(ids, ir.Value) or ids.id in made_by:
         return False
     info = ctx.info(ids)
     lay = ctx.layout_for(info.edges) if info.index in ENDPOINTS else None
-    return lay is not None and rows <= lay.loop_nodes
+    return lay is not None and rows == lay.num_nodes and info.index in lay.every_node
 
 
 def _shared_first_ops(program: ir.Program, ctx: Context) -> dict[int, frozenset]:
@@ -189,7 +190,8 @@ class _Masks:
 
     def every_row(self, key: tuple, rows: int) -> bool:
         ids = self.gathers[key][0]
-        return _reads_every_row(ids, rows, self.made_by) or _layout_loops_cover(ids, rows, self.made_by, self.ctx)
+        return _reads_every_row(ids, rows, self.made_by) or _layout_reads_every_row(ids, rows, self.made_by,
+                                                                                    self.ctx)
 
     def _reads_of(self, keys: frozenset, rows: int) -> ir.Atom:
         if (keys, rows) not in self.reads:

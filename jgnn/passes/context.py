@@ -28,7 +28,10 @@ class LayoutInputs:
     pairs: Any = None  # the TypedPairs leaves among ``values``, as a TypedPairs of Values, if it has them
     pair_groups: tuple = ()  # the layout's static (type, first, end) runs of the pairs
     node_groups: tuple = ()  # and of the graph's node types, if its nodes are sorted by type
-    loop_nodes: int = 0  # the list holds a self-loop i -> i for every i < loop_nodes (a self_loops layout)
+    num_nodes: int = 0
+    # The ends of the list (`Index.SRC`, `Index.DST`) at which every node id in [0, num_nodes) occurs
+    # (`GraphLayout.every_node_sends` / `every_node_receives`).
+    every_node: frozenset = frozenset()
 
 
 @dataclasses.dataclass
