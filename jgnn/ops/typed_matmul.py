@@ -156,11 +156,12 @@ def _blocked_matmul(x, table, position, block_type, block: int):
     return jnp.take(yb.reshape((capacity,) + yb.shape[2:]), position, axis=0, unique_indices=True).astype(dtype)
 
 
-#: What the Pallas backends run for each engine ``pallas_engine`` names, and the report's reason code for it.
-PALLAS_ENGINES: dict[str, Reason] = {
-    "triton_kernel": Reason.TYPED_MATMUL_KERNEL,  # pallas_kernels.typed_matmul's Triton kernel
-    "ragged_dot": Reason.TYPED_MATMUL_RAGGED_DOT,  # XLA's grouped GEMM, for types the kernel does not take
-    "reference": Reason.TYPED_MATMUL_PER_HEAD,  # per-head tables: the kernel multiplies 2-D rows only
+#: The engines a Pallas backend runs a typed matmul on: the ``impl`` handed to `pallas_kernels.typed_matmul`
+#: (None: XLA's per-row products, `reference`) and the report's reason code.
+PALLAS_ENGINES: dict[str, tuple[str | None, Reason]] = {
+    "triton_kernel": ("pallas", Reason.TYPED_MATMUL_KERNEL),
+    "ragged_dot": ("ragged_dot", Reason.TYPED_MATMUL_RAGGED_DOT),  # for types the kernel does not take
+    "reference": (None, Reason.TYPED_MATMUL_PER_HEAD),  # per-head tables: the kernel multiplies 2-D rows only
 }
 
 
@@ -172,21 +173,28 @@ def pallas_engine(x, table) -> str:
     if _heads(x):
         return "reference"
     impl = pk.auto_impl(jnp.result_type(x.dtype, table.dtype))
-    return {"pallas": "triton_kernel", "ragged_dot": "ragged_dot"}[impl]
+    return next(engine for engine, (kernel_impl, _) in PALLAS_ENGINES.items() if kernel_impl == impl)
+
+
+def report_lowering(impl: str, x, table) -> tuple[str, Reason]:
+    """(lowering, reason) of a typed matmul of ``impl`` in `explain`: on the Pallas backends, the engine."""
+    if impl not in eo.INTERPRET:
+        return impl, Reason.GROUPED_MATMUL
+    engine = pallas_engine(x, table)
+    return engine, PALLAS_ENGINES[engine][1]
 
 
 def _pallas(x, table, types, *, backend: str, **_):
     import pallas_kernels as pk
 
-    engine = pallas_engine(x, table)
+    kernel_impl = PALLAS_ENGINES[pallas_engine(x, table)][0]
     groups = table.shape[0]
     types = jnp.clip(types, 0, groups - 1)
-    if engine == "reference":
+    if kernel_impl is None:
         return reference(x, table, types)
     order = jnp.argsort(types, stable=True)
     sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
-    impl = "pallas" if engine == "triton_kernel" else "ragged_dot"
-    ys = pk.typed_matmul(x[order], table, sizes, impl=impl, interpret=eo.INTERPRET[backend])
+    ys = pk.typed_matmul(x[order], table, sizes, impl=kernel_impl, interpret=eo.INTERPRET[backend])
     return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
 
 

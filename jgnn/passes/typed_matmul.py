@@ -223,10 +223,7 @@ def merge(program: ir.Program, ctx: Context) -> ir.Program:
         if op.prim is typed_matmul_p:
             x, table, types = op.inputs
             impl = op.params["impl"]
-            lowering, code = impl, Reason.GROUPED_MATMUL
-            if impl in ("pallas", "pallas_interpret"):
-                lowering = tm.pallas_engine(x, table)
-                code = tm.PALLAS_ENGINES[lowering]
+            lowering, code = tm.report_lowering(impl, x, table)
             ctx.report.kernel("typed_matmul", ctx.backend, lowering, code,
                               index=ctx.info(types).index.value if ctx.info(types).index else "type",
                               rows=x.shape[0], d_in=x.shape[-1], d_out=table.shape[-1], impl=impl,
