@@ -15,6 +15,8 @@ Facts this module encodes (verified against the installed JAX source):
 """
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -135,7 +137,9 @@ def export_cuda_mlir(fn: Callable[..., Any], *args: Any) -> str:
     """Lower ``jax.jit(fn)(*args)`` for CUDA (an H100) without a GPU and return the StableHLO text.
 
     The Triton custom call is allowed explicitly; PTX compilation is *not* run, so this checks the
-    Pallas -> Triton IR lowering only. Concrete ``args`` are fine: only their shapes and dtypes are read.
+    Pallas -> Triton IR lowering, plus the one rule of Triton's verifier that the lowering leaves to the GPU:
+    every kernel value has a power-of-two size (`odd_sized_value`; a ValueError names the kernel and op).
+    Concrete ``args`` are fine: only their shapes and dtypes are read.
     """
     specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), args)
     export = jax.export.export(
@@ -143,8 +147,61 @@ def export_cuda_mlir(fn: Callable[..., Any], *args: Any) -> str:
         platforms=["cuda"],
         disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_CUSTOM_CALL)],
     )
-    with jax.sharding.use_abstract_mesh(abstract_gpu_mesh()):
+    with jax.sharding.use_abstract_mesh(abstract_gpu_mesh()), _checking_kernel_sizes():
         return export(*specs).mlir_module()
+
+
+@contextlib.contextmanager
+def _checking_kernel_sizes():
+    """Every Triton kernel lowered inside is checked with `odd_sized_value` first (by wrapping the Triton
+    lowering's entry point, internal; where a JAX moved it, nothing is checked)."""
+    try:
+        from jax._src.pallas.triton import lowering as triton_lowering
+    except ImportError:  # pragma: no cover - a JAX without the Triton backend
+        yield
+        return
+    lower = getattr(triton_lowering, "lower_jaxpr_to_triton_module", None)
+    if lower is None:  # pragma: no cover - a JAX that renamed it
+        yield
+        return
+
+    def checked(jaxpr, *args, **kwargs):
+        odd = odd_sized_value(jaxpr)
+        if odd is not None:
+            name = getattr(getattr(jaxpr, "debug_info", None), "func_name", "a kernel")
+            raise ValueError(f"Triton kernel {name}: {odd[0]} makes a value of shape {odd[1]}, whose size is not "
+                             "a power of two (the GPU's Triton verifier rejects the module)")
+        return lower(jaxpr, *args, **kwargs)
+
+    triton_lowering.lower_jaxpr_to_triton_module = checked
+    try:
+        yield
+    finally:
+        triton_lowering.lower_jaxpr_to_triton_module = lower
+
+
+def _odd_sized(eqn) -> tuple[int, ...] | None:
+    for v in eqn.outvars:
+        shape = tuple(getattr(v.aval, "shape", ()))
+        size = math.prod(shape)
+        if size & (size - 1):
+            return shape
+    return None
+
+
+def odd_sized_value(jaxpr: Any) -> tuple[str, tuple[int, ...]] | None:
+    """The first op of ``jaxpr`` (sub-jaxprs included) with a result whose size is not a power of two, as
+    (primitive name, shape): Triton's tensor types must have power-of-two sizes (``TensorSizeTrait``), and
+    Pallas checks this only for load and store indexers."""
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        shape = _odd_sized(eqn)
+        if shape is not None:
+            return eqn.primitive.name, shape
+        for sub in _core.jaxprs_in_params(eqn.params):
+            inner = odd_sized_value(sub)
+            if inner is not None:
+                return inner
+    return None
 
 
 def has_gpu() -> bool:
@@ -190,20 +247,45 @@ def bind_primitive(prim: Any, params: dict, args) -> Any:
 
 
 
+def _dce(jaxpr: Any, *, keep_inputs: bool) -> tuple[Any, list[bool]]:
+    """``partial_eval.dce_jaxpr`` (internal): ``jaxpr`` without the ops no output needs, and which inputs it
+    reads; ``keep_inputs`` keeps every input. None where a JAX moved it (callers then keep everything)."""
+    try:
+        from jax._src.interpreters.partial_eval import dce_jaxpr
+    except ImportError:  # pragma: no cover - a JAX that moved it
+        return None
+    return dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=keep_inputs)
+
+
 def pullback_reads(fn: Callable[..., Any], args: tuple, cotangent: Any) -> list[bool]:
     """For each leaf of ``args``: whether the pullback of ``fn`` at ``args`` reads it.
 
     A fused op's custom VJP keeps only the operands its backward reads. Found by JAX's dead-code elimination
-    of the pullback's jaxpr (``partial_eval.dce_jaxpr``, internal); where that is missing every leaf counts
-    as read, which is always correct, only less frugal.
+    of the pullback's jaxpr; where that is missing every leaf counts as read, which is always correct, only
+    less frugal.
     """
     closed = jax.make_jaxpr(lambda a, c: jax.vjp(fn, *a)[1](c))(args, cotangent)
     n = len(jax.tree_util.tree_leaves(args))
-    try:
-        from jax._src.interpreters.partial_eval import dce_jaxpr
-    except ImportError:  # pragma: no cover - a JAX that moved it
-        return [True] * n
-    return list(dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))[1])[:n]
+    pruned = _dce(closed.jaxpr, keep_inputs=False)
+    return [True] * n if pruned is None else list(pruned[1])[:n]
+
+
+def without_dead_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (pure, on pytrees of arrays) with the ops that no output reads removed before they reach a kernel.
+
+    Triton verifies every op of a module (each tensor's size a power of two) before it eliminates dead code. A
+    derivative's edge function builds tangents it then drops, such as the zero tangent of a width-3 message,
+    and one such value fails the whole kernel on a GPU, though the interpreter runs it."""
+    def pruned(*args):
+        flat, tree = jax.tree_util.tree_flatten(args)
+        closed, out_shape = jax.make_jaxpr(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)),
+                                           return_shape=True)(*flat)
+        kept = _dce(closed.jaxpr, keep_inputs=True)
+        jaxpr = closed.jaxpr if kept is None else kept[0]
+        outs = _core.eval_jaxpr(jaxpr, closed.consts, *flat)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+
+    return pruned
 
 
 def _concatenate_lowers(eqn) -> bool:
@@ -218,14 +300,29 @@ _TRITON_SHAPE_RULES: dict[str, Callable[[Any], bool]] = {"concatenate": _concate
 
 
 def triton_gap(jaxpr: Any) -> str | None:
-    """The name of the first op in ``jaxpr`` (a Jaxpr or ClosedJaxpr; sub-jaxprs included) that Pallas' Triton
-    lowering cannot lower: a primitive without a rule (``slice``, ``pad``, ``erf``, ``gather``), or a shape that
-    its rule rejects (``concatenate`` of anything but two ``[..., 1]`` operands). None when every op lowers.
-    The interpreter (``interpret=True``) runs all of these, so only a GPU compile would find them."""
+    """The name of the first op in ``jaxpr`` (a Jaxpr or ClosedJaxpr traced at power-of-two tile shapes;
+    sub-jaxprs included; dead ops aside, as `without_dead_code` drops them) that Pallas' Triton lowering cannot
+    lower: a primitive without a rule (``slice``, ``pad``, ``erf``, ``gather``), a shape that its rule rejects
+    (``concatenate`` of anything but two ``[..., 1]`` operands), or a result whose size is not a power of two.
+    None when every op lowers. The interpreter (``interpret=True``) runs all of these, so only a GPU compile
+    would find them."""
     try:
         from jax._src.pallas.triton import lowering as triton_lowering  # internal: no public rule table
     except ImportError:  # pragma: no cover - a JAX without the Triton backend: nothing to check against
         return None
+    rules = triton_lowering.triton_lowering_rules
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    pruned = _dce(jaxpr, keep_inputs=True)
+    for eqn in (jaxpr if pruned is None else pruned[0]).eqns:
+        name = eqn.primitive.name
+        shapes_ok = _TRITON_SHAPE_RULES.get(name, lambda _: True)
+        if eqn.primitive not in rules or not shapes_ok(eqn) or _odd_sized(eqn):
+            return name
+        for sub in _core.jaxprs_in_params(eqn.params):
+            inner = triton_gap(sub)
+            if inner is not None:
+                return inner
+    return None
     rules = triton_lowering.triton_lowering_rules
     for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
         name = eqn.primitive.name

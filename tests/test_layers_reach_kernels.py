@@ -310,3 +310,49 @@ def test_sixteen_bit_math_runs_in_float32_on_the_kernels(monkeypatch):
             if e.primitive.name in ("tanh", "div")]
     assert {name for name, _ in math} == {"tanh", "div"}, math
     assert all(set(dtypes) == {"float32"} for _, dtypes in math), math
+
+
+def test_a_derivatives_dead_tangents_never_reach_a_triton_kernel():
+    """``jax.linearize`` of an attention layer over width-3 features: attention's backward runs on the per-head
+    kernel, whose edge function (a JVP) built the zero tangent of a ``[B, 1, 3]`` message it then dropped. An H100
+    rejected the module (Triton verifies that every value has a power-of-two size before it drops dead code); the
+    interpreter ran it. The kernels drop dead ops first, the export's size check passes, the per-head kernel is
+    still there, and the tangents equal the reference's."""
+    from pallas_kernels import compat as pk_compat
+
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 7, 20, 3, isolated=1, duplicates=2)
+
+    def layer(backend):
+        def phi(s, d, e):
+            return {"m": jnp.tanh(s["h"] * d["h"]), "logit": jnp.sum(s["h"], keepdims=True)}
+
+        def rho(mb, node):
+            return {"h": jgnn.sum(jgnn.softmax(mb["logit"]) * mb["m"]) + jgnn.max(mb["m"])}
+
+        return jgnn.message_passing(phi, rho, None, backend=backend)
+
+    f = lambda backend: lambda h: layer(backend)(graph._replace(nodes={"h": h})).nodes["h"]
+    h = graph.nodes["h"]
+    tangent = lambda backend: lambda x, t: jax.linearize(f(backend), x)[1](t)
+    t = jnp.asarray(rng.normal(size=h.shape), h.dtype)
+    np.testing.assert_allclose(jax.jit(tangent("pallas_interpret"))(h, t), tangent("reference")(h, t),
+                               **TOL[jnp.float32])
+    text = pk_compat.export_cuda_mlir(tangent("pallas"), h, t)  # raised ValueError (a (64, 1, 3) broadcast)
+    assert "gnn_head_reduce_sum" in text
+
+
+def test_the_cuda_export_rejects_a_kernel_value_of_odd_size():
+    """The check that stands in for Triton's verifier: a kernel with a live ``[8, 3]`` value fails the export with
+    a ValueError naming the kernel (the interpreter runs it)."""
+    from jax.experimental import pallas as pl
+
+    from pallas_kernels import compat as pk_compat
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + jnp.sum(jnp.ones((8, 3), x_ref.dtype))
+
+    call = lambda x: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), name="odd",
+                                    compiler_params=pk_compat.triton_compiler_params())(x)
+    with pytest.raises(ValueError, match="power of two"):
+        pk_compat.export_cuda_mlir(call, jnp.zeros((8, 4), jnp.float32))

@@ -147,7 +147,9 @@ def test_one_lifted_matmul_for_both_ends_keeps_each_chain_exact(backend):
     wrap = _as_args(g, params)
     compiled = jgnn.compile(_shared_weight, backend=backend)
     reference = jgnn.compile(_shared_weight, backend="reference")
-    check_against_reference(wrap(compiled), wrap(reference), g.nodes, params)
+    # a row's gradient sums 3 parallel edges x K lanes of products that cancel; a GPU kernel sums them in
+    # another order (2.2e-5 relative on an H100 at terms=1)
+    check_against_reference(wrap(compiled), wrap(reference), g.nodes, params, terms=3 * K)
 
 
 def _with_self_loops(graph: jraph.GraphsTuple, params):

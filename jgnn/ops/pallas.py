@@ -256,11 +256,17 @@ def _lanewise(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals, msgs) -> tu
     return None
 
 
+# Rows of the block the Triton check traces an edge function at: a power of two, as every kernel block is, and
+# not 1, whose unit axis a shape rule could treat apart.
+_PROBE_ROWS = 2
+
+
 def _not_in_triton(spec: eo.EdgeSpec, region: ef.RegionFn, operand_avals) -> tuple[Reason, dict] | None:
     """None when Pallas' Triton lowering takes every op of ``spec``'s edge function (derivatives included) as the
-    per-head kernels run it, at its traced shapes. The interpreter would run any op, but a GPU would not compile
-    a ``slice`` or a wide ``concatenate``, so such an op stays on XLA."""
-    rows = tuple(a if g == Group.SHARED else jax.ShapeDtypeStruct((region.rows,) + tuple(a.shape[1:]), a.dtype)
+    per-head kernels run it: on a block of `_PROBE_ROWS` rows, its dead ops dropped. The interpreter would run
+    any op, but a GPU would not compile a ``slice``, a wide ``concatenate`` or a value of three lanes, so such an
+    op stays on XLA."""
+    rows = tuple(a if g == Group.SHARED else jax.ShapeDtypeStruct((_PROBE_ROWS,) + tuple(a.shape[1:]), a.dtype)
                  for a, g in zip(operand_avals, spec.groups, strict=True))
     prim = _triton_gap(spec, tuple((r.shape, np.dtype(r.dtype)) for r in rows))
     return None if prim is None else (Reason.NOT_IN_TRITON, {"prim": prim})
