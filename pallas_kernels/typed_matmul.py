@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pallas_kernels import _access as acc
 from pallas_kernels import compat
@@ -58,20 +59,33 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _group_offsets(group_sizes: jax.Array) -> jax.Array:
-    return jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(group_sizes.astype(jnp.int32))])
+class Tiles(NamedTuple):
+    """Where each row tile's types are: ``offsets`` int32[T + 1] (type ``t``'s rows are ``offsets[t]`` to
+    ``offsets[t + 1]``) and the first and last type touching each tile (``last < first`` past the typed rows)."""
+    offsets: jax.Array
+    first: jax.Array
+    last: jax.Array
 
 
-def _tile_types(offsets: jax.Array, num_rows: int, bm: int) -> tuple[jax.Array, jax.Array]:
-    """(first, last) type touching each row tile; last < first for tiles past the typed rows."""
+def _tiles(group_sizes, num_rows: int, bm: int) -> Tiles:
+    """`Tiles` of ``group_sizes``: computed on the host when the sizes are (numpy), else by loop-free XLA ops.
+    ``jnp.searchsorted``'s default method is a while loop, one kernel launch per step on a GPU, which cost more
+    than the kernel on small graphs."""
     num_tiles = _cdiv(num_rows, bm)
+    xp = np if isinstance(group_sizes, np.ndarray) else jnp
+    offsets = xp.concatenate([xp.zeros((1,), xp.int32), xp.cumsum(xp.asarray(group_sizes, xp.int32))])
+    offsets = offsets.astype(xp.int32)
     total = offsets[-1]
-    r0 = jnp.arange(num_tiles, dtype=jnp.int32) * bm
-    r1 = jnp.minimum(r0 + bm, total) - 1
+    r0 = xp.arange(num_tiles, dtype=xp.int32) * bm
+    r1 = xp.minimum(r0 + bm, total) - 1
     ends = offsets[1:]
-    t0 = jnp.searchsorted(ends, r0, side="right").astype(jnp.int32)
-    t1 = jnp.searchsorted(ends, r1, side="right").astype(jnp.int32)
-    return t0, jnp.where(r0 < total, t1, t0 - 1)
+    if xp is np:
+        find = lambda r: np.searchsorted(ends, r, side="right")
+    else:  # a [tiles, T] comparison while it is small, else a sort: never a loop
+        method = "compare_all" if num_tiles * ends.shape[0] <= 1 << 24 else "sort"
+        find = lambda r: jnp.searchsorted(ends, r, side="right", method=method)
+    t0, t1 = find(r0).astype(xp.int32), find(r1).astype(xp.int32)
+    return Tiles(offsets, t0, xp.where(r0 < total, t1, t0 - 1).astype(xp.int32))
 
 
 def _load_rows(x_ref, idx_ref, rows, row_ok, kcols, din, *, gathered: bool, interpret: bool):
@@ -127,13 +141,11 @@ def _dw_kernel(x_ref, idx_ref, dy_ref, off_ref, dw_ref, *, blk, din, dout, gathe
     acc.masked_store(dw_ref, (t, kk, ncols), part, (kk < din) & (ncols < dout), interpret=interpret)
 
 
-def _pallas_forward(x, w, group_sizes, gather_idx, num_rows, interpret, out_dtype):
+def _pallas_forward(x, w, tiles: Tiles, gather_idx, num_rows, interpret, out_dtype):
     din, dout = w.shape[1], w.shape[2]
     if num_rows == 0 or x.shape[0] == 0:  # no program to launch (a grid of none reads a [0, din] block)
         return jnp.zeros((num_rows, dout), out_dtype)
     blk = matmul_block(din, dout)
-    offsets = _group_offsets(group_sizes)
-    t0, t1 = _tile_types(offsets, num_rows, blk.bm)
     gathered = gather_idx is not None
     idx = gather_idx if gathered else jnp.zeros((1,), jnp.int32)
     kern = functools.partial(_fwd_kernel, blk=blk, din=din, dout=dout, num_rows=num_rows, gathered=gathered,
@@ -142,10 +154,10 @@ def _pallas_forward(x, w, group_sizes, gather_idx, num_rows, interpret, out_dtyp
         kern, out_shape=jax.ShapeDtypeStruct((num_rows, dout), out_dtype),
         grid=(_cdiv(num_rows, blk.bm), _cdiv(dout, blk.bn)), interpret=interpret, num_warps=4, num_stages=2,
         name="gnn_typed_matmul",
-    )(x, idx.astype(jnp.int32), w, offsets, t0, t1)
+    )(x, idx.astype(jnp.int32), w, *tiles)
 
 
-def _pallas_dw(x, dy, group_sizes, gather_idx, w_shape, w_dtype, interpret):
+def _pallas_dw(x, dy, offsets, gather_idx, w_shape, w_dtype, interpret):
     if x.shape[0] == 0 or dy.shape[0] == 0:
         return jnp.zeros(w_shape, w_dtype)
     num_types, din, dout = w_shape
@@ -157,28 +169,27 @@ def _pallas_dw(x, dy, group_sizes, gather_idx, w_shape, w_dtype, interpret):
         kern, out_shape=jax.ShapeDtypeStruct(w_shape, w_dtype),
         grid=(num_types, _cdiv(din, blk.bk), _cdiv(dout, blk.bn)), interpret=interpret, num_warps=4,
         num_stages=2, name="gnn_typed_matmul_dw",
-    )(x, idx.astype(jnp.int32), dy, _group_offsets(group_sizes))
+    )(x, idx.astype(jnp.int32), dy, offsets)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _typed_matmul_pallas(x, w, group_sizes, gather_idx, num_rows, interpret):
+def _typed_matmul_pallas(x, w, tiles, gather_idx, num_rows, interpret):
     dtype = jnp.result_type(x.dtype, w.dtype)
-    return _pallas_forward(x, w, group_sizes, gather_idx, num_rows, interpret, dtype)
+    return _pallas_forward(x, w, tiles, gather_idx, num_rows, interpret, dtype)
 
 
-def _tm_fwd(x, w, group_sizes, gather_idx, num_rows, interpret):
-    return _typed_matmul_pallas(x, w, group_sizes, gather_idx, num_rows, interpret), (x, w, group_sizes,
-                                                                                     gather_idx)
+def _tm_fwd(x, w, tiles, gather_idx, num_rows, interpret):
+    return _typed_matmul_pallas(x, w, tiles, gather_idx, num_rows, interpret), (x, w, tiles, gather_idx)
 
 
 def _tm_bwd(num_rows, interpret, res, g):
-    x, w, group_sizes, gather_idx = res
-    dx_rows = _pallas_forward(g, jnp.swapaxes(w, 1, 2), group_sizes, None, num_rows, interpret, jnp.float32)
+    x, w, tiles, gather_idx = res
+    dx_rows = _pallas_forward(g, jnp.swapaxes(w, 1, 2), tiles, None, num_rows, interpret, jnp.float32)
     if gather_idx is None:
         dx = dx_rows.astype(x.dtype)
     else:
         dx = jnp.zeros(x.shape, jnp.float32).at[gather_idx].add(dx_rows).astype(x.dtype)
-    dw = _pallas_dw(x, g, group_sizes, gather_idx, w.shape, w.dtype, interpret)
+    dw = _pallas_dw(x, g, tiles.offsets, gather_idx, w.shape, w.dtype, interpret)
     return dx, dw, None, None
 
 
@@ -192,17 +203,21 @@ def typed_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, gather_i
     Args:
       x: ``[N, din]`` float32/bfloat16.
       w: ``[T, din, dout]``.
-      group_sizes: int32[T], rows per type (sum <= S; the remaining rows give 0).
+      group_sizes: int32[T], rows per type (sum <= S; the remaining rows give 0); numpy (known on the host):
+        the kernel's tile bookkeeping is computed there, none in the program.
       gather_idx: optional int32[S] row ids into ``x``.
       impl: "pallas" | "ragged_dot" | "auto" (:func:`auto_impl`, see :data:`AUTO_IMPL_REASON`).
       interpret: Pallas interpreter (only for impl="pallas").
     """
     impl = auto_impl(jnp.result_type(x.dtype, w.dtype)) if impl == "auto" else impl
     num_rows = x.shape[0] if gather_idx is None else gather_idx.shape[0]
-    group_sizes = jnp.asarray(group_sizes, jnp.int32)
     if impl == "pallas":
         gi = None if gather_idx is None else jnp.asarray(gather_idx, jnp.int32)
-        return _typed_matmul_pallas(x, w, group_sizes, gi, num_rows, interpret)
+        static = isinstance(group_sizes, np.ndarray | list | tuple)
+        tiles = _tiles(np.asarray(group_sizes, np.int32) if static else jnp.asarray(group_sizes, jnp.int32),
+                       num_rows, matmul_block(w.shape[1], w.shape[2]).bm)
+        return _typed_matmul_pallas(x, w, Tiles(*map(jnp.asarray, tiles)), gi, num_rows, interpret)
+    group_sizes = jnp.asarray(group_sizes, jnp.int32)
     if impl == "ragged_dot":
         rows = x if gather_idx is None else x[gather_idx]
         dtype = jnp.result_type(x.dtype, w.dtype)
@@ -216,7 +231,7 @@ def typed_matmul_reference(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *
                            gather_idx: jax.Array | None = None) -> jax.Array:
     """Pure-jnp reference: per-row type via ``searchsorted`` and a per-type loop (no [S, din, dout])."""
     rows = (x if gather_idx is None else x[gather_idx]).astype(jnp.float32)
-    offsets = _group_offsets(jnp.asarray(group_sizes, jnp.int32))
+    offsets = _tiles(jnp.asarray(group_sizes, jnp.int32), 0, 1).offsets
     r = jnp.arange(rows.shape[0], dtype=jnp.int32)
     types = jnp.searchsorted(offsets[1:], r, side="right")
     out = jnp.zeros((rows.shape[0], w.shape[2]), jnp.float32)

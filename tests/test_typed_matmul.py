@@ -106,29 +106,49 @@ def test_pallas_under_vmap(axes):
                             batched(lambda x, w: reference(x, w, types)), *args, terms=5)
 
 
+@pytest.mark.parametrize("impl", ["static_groups", "pallas_interpret"])
 @pytest.mark.parametrize("heads", [(), (3,)])
 @pytest.mark.parametrize("block", [4, 128])
-def test_static_groups_match_reference(heads, block):
-    """Rows in static runs of one type (a layout's typed pairs), including a type the table clamps."""
+def test_static_groups_match_reference(impl, heads, block):
+    """Rows in static runs of one type (a layout's typed pairs), including a type the table clamps and a type in
+    two runs: XLA's GEMM per run, or the kernel with one group per run (per-head tables: the GEMMs)."""
     rng = np.random.default_rng(7)
-    x, table, _ = case(rng, 11, 3, 7, 5, heads)
-    groups = ((0, 0, 4), (2, 4, 5), (5, 5, 11))  # type 5 is out of range: clamped to the last matrix
-    types = jnp.asarray([0] * 4 + [2] + [5] * 6, jnp.int32)
-    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="static_groups", groups=groups,
-                                                            block=block),
+    x, table, _ = case(rng, 13, 3, 7, 5, heads)
+    groups = ((0, 0, 4), (2, 4, 5), (5, 5, 11), (0, 11, 13))  # type 5 is out of range: clamped to the last
+    types = jnp.asarray([0] * 4 + [2] + [5] * 6 + [0] * 2, jnp.int32)
+    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl=impl, groups=groups, block=block),
                             lambda x, w: reference(x, w, types), x, table, terms=7)
 
 
-def test_many_static_groups_match_reference():
-    """More runs than `FEW_GROUPS`: the blocked GEMM with host-computed slots."""
+@pytest.mark.parametrize("impl", ["static_groups", "pallas_interpret"])
+def test_many_static_groups_match_reference(impl):
+    """More runs than `FEW_GROUPS`: the blocked GEMM with host-computed slots, or the kernel's groups."""
     rng = np.random.default_rng(9)
     sizes = rng.integers(1, 6, size=tm.FEW_GROUPS + 4)
     ends = np.cumsum(sizes)
     groups = tuple((t, int(e - n), int(e)) for t, (n, e) in enumerate(zip(sizes, ends, strict=True)))
     x, table, _ = case(rng, int(ends[-1]), len(groups), 7, 5)
     types = jnp.asarray(np.repeat(np.arange(len(groups)), sizes), jnp.int32)
-    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl="static_groups", groups=groups, block=4),
+    check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl=impl, groups=groups, block=4),
                             lambda x, w: reference(x, w, types), x, table, terms=7)
+
+
+def test_static_runs_on_the_kernel_lower_for_cuda_without_a_sort_or_a_loop():
+    """The kernel's tile bookkeeping for static runs is computed on the host: the CUDA module (the op, its JVP
+    and its gradient) has no sort and no while loop outside the kernels. Sorting per call and ``searchsorted``'s
+    loop cost RGCN on AIFB 2.9x its XLA time on an H100 (benchmarks/results/gpu-h100-2026-11-27.md)."""
+    from pallas_kernels import compat as pk_compat
+
+    rng = np.random.default_rng(10)
+    sizes = rng.integers(1, 40, size=tm.FEW_GROUPS + 4)
+    ends = np.cumsum(sizes)
+    groups = tuple((t, int(e - n), int(e)) for t, (n, e) in enumerate(zip(sizes, ends, strict=True)))
+    x, table, _ = case(rng, int(ends[-1]), len(groups), 16, 16)
+    types = jnp.asarray(np.repeat(np.arange(len(groups)), sizes), jnp.int32)
+    f = lambda x, w: jnp.sum(jnp.sin(tm.typed_matmul(x, w, types, impl="pallas", groups=groups)))
+    text = pk_compat.export_cuda_mlir(jax.value_and_grad(f, argnums=(0, 1)), x, table)
+    assert pk_compat.TRITON_CUSTOM_CALL in text  # the kernels' own loops are serialized inside these calls
+    assert "stablehlo.sort" not in text and "stablehlo.while" not in text
 
 
 def test_static_groups_must_cover_the_rows():

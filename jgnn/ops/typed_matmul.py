@@ -10,7 +10,8 @@
 * ``static_groups``: rows already in runs of one type at offsets known on the host (a `GraphLayout`'s typed
   pairs): a GEMM per run on static slices, or for many runs ``sorted_blocks`` with slots computed on the host;
   no sort in the program;
-* ``pallas``: `pallas_kernels.typed_matmul`.
+* ``pallas``: `pallas_kernels.typed_matmul`; with static runs (``groups``), each run is one of its groups, no
+  sort either.
 
 The reference (the semantics) is the per-row product with the gathered weights. Derivatives are those of the
 chosen implementation (``jax.jvp`` of it; JAX transposes its ops), so no hand-written VJP.
@@ -107,8 +108,7 @@ def static_groups(x, table, types, *, groups: tuple, block: int, **_):
     row's slot known on the host. No sort in the program either way. ``types`` is not read: the layout that gave
     ``groups`` was checked against the graph."""
     rows = x.shape[0]
-    if not groups or sum(hi - lo for _, lo, hi in groups) != rows:
-        raise ValueError(f"typed_matmul: static groups {groups} do not cover the {rows} rows")
+    _check_runs(groups, rows)
     if len(groups) > FEW_GROUPS:
         position, block_type = _static_slots(groups, rows, block, table.shape[0])
         return _blocked_matmul(x, table, position, block_type, block)
@@ -125,6 +125,13 @@ def static_groups(x, table, types, *, groups: tuple, block: int, **_):
                                 preferred_element_type=dtype)  # [*heads, rows, d_out]
         pieces.append(jnp.moveaxis(y, h, 0))
     return jnp.concatenate(pieces).astype(dtype)
+
+
+def _check_runs(groups: tuple, rows: int) -> None:
+    """``groups`` are ``(type, first row, end row)`` runs that follow each other from row 0 to ``rows``."""
+    ends = [0] + [hi for _, _, hi in groups]
+    if not groups or [lo for _, lo, _ in groups] != ends[:-1] or ends[-1] != rows:
+        raise ValueError(f"typed_matmul: static groups {groups} do not cover the {rows} rows in order")
 
 
 @functools.lru_cache(maxsize=64)
@@ -176,26 +183,42 @@ def pallas_engine(x, table) -> str:
     return next(engine for engine, (kernel_impl, _) in PALLAS_ENGINES.items() if kernel_impl == impl)
 
 
-def report_lowering(impl: str, x, table) -> tuple[str, Reason]:
-    """(lowering, reason) of a typed matmul of ``impl`` in `explain`: on the Pallas backends, the engine."""
+def report_lowering(impl: str, x, table, groups: tuple = ()) -> tuple[str, Reason]:
+    """(lowering, reason) of a typed matmul of ``impl`` (with static runs ``groups``) in `explain`: on the Pallas
+    backends, the engine."""
     if impl not in eo.INTERPRET:
         return impl, Reason.GROUPED_MATMUL
     engine = pallas_engine(x, table)
+    if PALLAS_ENGINES[engine][0] is None and groups:
+        return "static_groups", PALLAS_ENGINES[engine][1]
     return engine, PALLAS_ENGINES[engine][1]
 
 
-def _pallas(x, table, types, *, backend: str, **_):
+def _pallas(x, table, types, *, backend: str, block: int, groups: tuple = (), **_):
+    """The engine of `pallas_engine`. With ``groups`` (static runs of one type, as `static_groups` takes them)
+    each run is one group of the kernel, with its type's weights: no sort, and the kernel's tile bookkeeping is
+    computed on the host. Without, each row moves to its slot among its type's rows and back. Tables the
+    kernel does not take (per head) run as `static_groups` where the runs are known, else per row."""
     import pallas_kernels as pk
 
     kernel_impl = PALLAS_ENGINES[pallas_engine(x, table)][0]
-    groups = table.shape[0]
-    types = jnp.clip(types, 0, groups - 1)
+    num_types, dtype = table.shape[0], jnp.result_type(x, table)
     if kernel_impl is None:
-        return reference(x, table, types)
-    order = jnp.argsort(types, stable=True)
-    sizes = jnp.bincount(types, length=groups).astype(jnp.int32)
-    ys = pk.typed_matmul(x[order], table, sizes, impl=kernel_impl, interpret=eo.INTERPRET[backend])
-    return ys[jnp.argsort(order)].astype(jnp.result_type(x, table))
+        return static_groups(x, table, types, groups=groups, block=block) if groups else reference(x, table, types)
+    types = jnp.clip(types, 0, num_types - 1)
+    interpret = eo.INTERPRET[backend]
+    if groups:
+        _check_runs(groups, x.shape[0])
+        run_types = np.asarray([min(max(t, 0), num_types - 1) for t, _, _ in groups], np.int32)
+        sizes = np.asarray([hi - lo for _, lo, hi in groups], np.int32)
+        return pk.typed_matmul(x, table[run_types], sizes, impl=kernel_impl, interpret=interpret).astype(dtype)
+    # each row to its slot among its type's rows and back, as `sorted_blocks` does: no sort for a few types, one
+    # for many (not a sort and the sort of its inverse)
+    sizes = jnp.bincount(types, length=num_types).astype(jnp.int32)
+    position = (jnp.cumsum(sizes) - sizes)[types] + _rank_within_type(types, num_types)
+    packed = jnp.zeros_like(x).at[position].set(x, unique_indices=True)
+    ys = pk.typed_matmul(packed, table, sizes, impl=kernel_impl, interpret=interpret)
+    return jnp.take(ys, position, axis=0, unique_indices=True).astype(dtype)
 
 
 IMPL = {"sorted_blocks": sorted_blocks, "static_groups": static_groups, "reference": reference,
@@ -234,6 +257,11 @@ def _jvp(primals, tangents, *, impl, block, groups):
 _XLA_TWIN = {"pallas": "sorted_blocks", "pallas_interpret": "sorted_blocks"}
 
 
+def _twin(impl: str, groups: tuple) -> str:
+    """The XLA implementation standing in for ``impl``: with static runs, the one that needs no sort."""
+    return "static_groups" if groups and impl in _XLA_TWIN else _XLA_TWIN.get(impl, impl)
+
+
 def _transpose(ct, x, table, types, *, impl, block, groups):
     """The cotangent of the one linear operand (the other is a primal). For ``x``: the op itself with the table's
     last two axes swapped, so every order of derivative keeps running the op's rules. For ``table``: the
@@ -246,14 +274,14 @@ def _transpose(ct, x, table, types, *, impl, block, groups):
     if k == 0:
         d = _bind(ct, jnp.swapaxes(table, -1, -2), types, impl=impl, block=block, groups=groups)
         return [d.astype(aval.dtype), None, None]
-    dw = lambda t: run(x, t, types, impl=_XLA_TWIN.get(impl, impl), block=block, groups=groups)
+    dw = lambda t: run(x, t, types, impl=_twin(impl, groups), block=block, groups=groups)
     zero = compat.vary_like([jnp.zeros(aval.shape, aval.dtype)], [x, ct])[0]  # inside shard_map: as the table
     (d,) = jax.vjp(dw, zero)[1](ct)
     return [None, d, None]
 
 
 def _batch(args, dims, *, impl, block, groups):
-    impl = _XLA_TWIN.get(impl, impl)
+    impl = _twin(impl, groups)
     moved = [batching.bdim_at_front(a, d, next(np.shape(b)[e] for b, e in zip(args, dims, strict=True)
                                                if e is not compat.not_mapped))
              if d is not compat.not_mapped else a for a, d in zip(args, dims, strict=True)]

@@ -58,6 +58,14 @@ def choose_impl(backend: str) -> tuple[str, str]:
     return "sorted_blocks", "rows sorted by type into whole blocks, one GEMM per block"
 
 
+def _static(impl: str, why: str) -> tuple[str, str]:
+    """(implementation, why) for rows in static runs of one type: XLA's GEMM per run, or the backend's kernel
+    taking each run as one of its groups."""
+    if impl == "sorted_blocks":
+        return "static_groups", why
+    return impl, f"{why}; each run one group of the kernel"
+
+
 def _table_layout(op: ir.Op, table: ir.Atom) -> tuple[bool, int] | None:
     """(supported, heads) for ``x @ W_rows``: x ``[R, *heads, d_in]`` and W_rows ``[R, *heads, a, b]`` with
     the rows and heads as batch dims; the table needs a transpose when it contracts its last axis."""
@@ -103,9 +111,9 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         index = ctx.info(column).index
         compact = _compact_pairs(x, ctx, made_by) if index == Index.EDGE_TYPE else None
         if compact is None:
-            groups = _node_runs(b, ctx, types, x, table) if impl == "sorted_blocks" else ()
+            groups = _node_runs(b, ctx, types, x, table)
             if groups:
-                impl, why = "static_groups", "node types sorted in the layout: one GEMM per type, no sort"
+                impl, why = _static(impl, "node types sorted in the layout: one GEMM per type, no sort")
             b.bind(typed_matmul_p, [x, table, types], dict(impl=impl, block=128, groups=groups), outputs=op.outputs)
             rows = x.shape[0]
         else:
@@ -115,9 +123,9 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
                                                                               wrap=False))
             # The layout's pairs come in static runs of one type: the packing is known on the host, no sort in the
             # program (a Pallas backend keeps its kernel).
-            groups = lay.pair_groups if impl == "sorted_blocks" else ()
+            groups = lay.pair_groups
             if groups:
-                impl, why = "static_groups", "the layout's typed pairs in runs of one type: no sort"
+                impl, why = _static(impl, "the layout's typed pairs in runs of one type: no sort")
             (per_pair,) = b.bind(typed_matmul_p, [pair_rows, table, pairs.pair_type],
                                  dict(impl=impl, block=128, groups=groups))
             b.bind(gather_p, [per_pair, pairs.edge_pair], dict(index=Index.PAIR, mode="clip", wrap=False),
@@ -223,7 +231,7 @@ def merge(program: ir.Program, ctx: Context) -> ir.Program:
         if op.prim is typed_matmul_p:
             x, table, types = op.inputs
             impl = op.params["impl"]
-            lowering, code = tm.report_lowering(impl, x, table)
+            lowering, code = tm.report_lowering(impl, x, table, op.params["groups"])
             ctx.report.kernel("typed_matmul", ctx.backend, lowering, code,
                               index=ctx.info(types).index.value if ctx.info(types).index else "type",
                               rows=x.shape[0], d_in=x.shape[-1], d_out=table.shape[-1], impl=impl,
