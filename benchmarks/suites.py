@@ -48,7 +48,9 @@ MICRO_DIMS = (64, 128, 602)
 
 # ---- systems ----------------------------------------------------------------------------------------------
 
-JAX_SYSTEMS = ("jgnn", "reference")
+# jgnn_xla: jgnn's XLA backend beside its Pallas one on a GPU (on a CPU the jgnn row is that backend already), to
+# show per row whether the kernels pay (2026-11-27: on AIFB-sized graphs they did not).
+JAX_SYSTEMS = ("jgnn", "jgnn_xla", "reference")
 #: the system every ratio is taken against, per suite kind
 BASELINE = {"model": "reference", "micro": "xla"}
 #: PyG classes mirrored per model kind (GPU only); jraph models exist only for GCN and GAT

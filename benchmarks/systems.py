@@ -261,8 +261,8 @@ def jax_backend(device: str) -> str:
 
 def build_jax_model(system: str, case: suites.Case, data: Data, device: str) -> Runnable:
     spec = suites.MODELS[case.model]
-    if system == "jgnn":
-        layers = jgnn_layers(spec, data, jax_backend(device))
+    if system in ("jgnn", "jgnn_xla"):
+        layers = jgnn_layers(spec, data, "xla" if system == "jgnn_xla" else jax_backend(device))
     elif system == "reference":
         layers = jgnn_layers(spec, data, "reference")
     else:
@@ -272,7 +272,7 @@ def build_jax_model(system: str, case: suites.Case, data: Data, device: str) -> 
     # jgnn gets the sorted CSRs and typed pairs built once on the host, as PyG gets its CSR: preprocessing
     # GCNConv and GATConv append a self-loop per node: their layout describes the graph with those loops
     layout = jax.device_put(GraphLayout.from_graph(data.graph, self_loops=spec.kind in ("gcn", "gat"))) \
-        if system == "jgnn" else None
+        if system in ("jgnn", "jgnn_xla") else None
     params = random_params(model, graph)
     out_dim = layer_dims(spec, data)[-1]
     labels = jax.device_put(data.labels % (out_dim[0] * out_dim[1]))
@@ -469,6 +469,8 @@ def skip_reason(system: str, case: suites.Case, device: str) -> str | None:
         return "PyG is measured on the GPU machine only"
     if system == "pallas":
         return "needs GPU (Pallas runs only in interpret mode on CPU)"
+    if system == "jgnn_xla":
+        return "on CPU the jgnn row runs the XLA backend"
     return None
 
 
