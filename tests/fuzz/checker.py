@@ -279,6 +279,13 @@ def _row_max(x: np.ndarray, where: np.ndarray) -> np.ndarray:
     return _rows(np.where(where, x, 0)).max(1, initial=0)
 
 
+def _in_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (a complex dtype's components to its real one) and back to float64."""
+    real = {"complex64": "float32", "complex128": "float64"}.get(dtype, dtype)
+    with np.errstate(over="ignore"):
+        return x.astype(ml_dtypes.finfo(real).dtype).astype(np.float64)
+
+
 # How NaN/±inf positions must agree (`tolerances`): exactly (forward values), as non-finite positions (derivatives:
 # NaN and ±inf may swap), or not at all (a forward-mode reference gradient: `FORWARD_MODE_GRAD_FLAGS`).
 NONFINITE = {"exact": (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)),
@@ -303,11 +310,14 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
         bad = tuple(np.argwhere(ref != got)[0])
         return "value", f"integer mismatch at {bad}: {got[bad]} vs reference {ref[bad]}"
     r, b = _as_real(ref), _as_real(got)
-    overflowed = ~np.isfinite(r) & np.isfinite(b)
-    if overflowed.any():  # where the reference overflowed and float64 did not, the oracle stands in for it
+    # Where the reference overflowed and float64 did not, the oracle stands in for it: as is where the backend is
+    # finite, rounded to the dtype (±inf past its range) where the reference's inf − inf made NaN and the backend
+    # has an inf (a float16 sum that the reference accumulates in float16 and the backend in float32).
+    overflowed = ~np.isfinite(r) & (np.isfinite(b) | (np.isnan(r) & np.isinf(b)))
+    if overflowed.any():
         o = _as_real(oracle_leaf())
         overflowed &= np.isfinite(o)
-        r = np.where(overflowed, o, r)
+        r = np.where(overflowed, np.where(np.isfinite(b), o, _in_dtype(o, dtype)), r)
     for name, test in NONFINITE[nonfinite]:
         diff = test(r) != test(b)
         if diff.any():
@@ -335,15 +345,16 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
 
 
 def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
-                  part_fraction: float = 0.0) -> tuple[str, str, str] | None:
+                  part_fraction: float = 0.0, least_scale: float = 0.0) -> tuple[str, str, str] | None:
     """The first mismatching leaf: (kind, leaf path, detail), or None. ``oracle_tree()`` is lazy.
 
     ``part_fraction``: every row's scale is at least this fraction of the largest finite |value| in the whole
-    tree (`tolerances.part_fraction`).
+    tree (`tolerances.part_fraction`), and at least ``least_scale`` (`tolerances.least_scale`).
     """
     paths, treedef = jax.tree_util.tree_flatten_with_path(ref)
     floor = part_fraction * max((float(np.abs(_as_real(x))[np.isfinite(_as_real(x))].max(initial=0))
                                  for _, x in paths if is_float(np.asarray(x))), default=0.0)
+    floor = max(floor, least_scale)
     got_leaves = treedef.flatten_up_to(got)
     for i, ((path, r), g) in enumerate(zip(paths, got_leaves, strict=True)):
         res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i], nonfinite, floor)
@@ -518,9 +529,9 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
         if part in ref:
             if part in ("forward", "jvp"):
                 value = _untainted(value, ref[part], tainted)
-            nonfinite, fraction = _derivative_rules(case, part, oracle.grad_by_jvp)
+            nonfinite, fraction, least = _derivative_rules(case, part, oracle.grad_by_jvp)
             res = compare_trees(ref[part], value, case.dtype, lambda part=part: oracle.part(part), nonfinite,
-                                fraction)
+                                fraction, least)
             if res is not None:
                 kind, where, detail = res
                 failures.append(Failure(case, backend, part, kind, detail, where))
@@ -533,15 +544,16 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
 SCATTERED_INF_PATTERNS = frozenset({"posinf", "neginf"})
 
 
-def _derivative_rules(case: Case, part: str, grad_by_jvp: bool) -> tuple[str, float]:
-    """How a part's non-finite positions must agree (a `NONFINITE` key), and its rows' least scale as a fraction
-    of the whole part (`tolerances.part_fraction`): forward values exactly (by position with scattered ±inf
-    inputs); derivatives by position, or at finite positions only for a gradient whose reference is by forward
-    mode."""
+def _derivative_rules(case: Case, part: str, grad_by_jvp: bool) -> tuple[str, float, float]:
+    """How a part's non-finite positions must agree (a `NONFINITE` key), and its rows' least scale, as a fraction
+    of the whole part (`tolerances.part_fraction`) and absolute (`tolerances.least_scale`): forward values
+    exactly (by position with scattered ±inf inputs); derivatives by position, or at finite positions only for a
+    gradient whose reference is by forward mode."""
     if part not in DERIVATIVES:
-        return ("positions" if _scattered_inf(case) else "exact"), 0.0
+        return ("positions" if _scattered_inf(case) else "exact"), 0.0, 0.0
     nonfinite = "finite_only" if part == "grad" and grad_by_jvp else "positions"
-    return nonfinite, tolerances.part_fraction(case.dtype, case.values.magnitude)
+    magnitude = case.values.magnitude
+    return nonfinite, tolerances.part_fraction(case.dtype, magnitude), tolerances.least_scale(magnitude)
 
 
 def _grad_by_jvp(case: Case) -> bool:
@@ -561,7 +573,7 @@ def check_transform(case: Case, transform: str, backends=BACKENDS, reassociated:
     ops = operands(case)
     if transform == "vmap":
         ops = dataclasses.replace(ops, params=jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), ops.params))
-    nonfinite, fraction, ref_mode = "exact", 0.0, transform
+    nonfinite, fraction, least, ref_mode = "exact", 0.0, 0.0, transform
     tainted_forward = False
     if transform == "hvp":
         try:
@@ -570,7 +582,7 @@ def check_transform(case: Case, transform: str, backends=BACKENDS, reassociated:
             return [_reference_failure(case, "program", exc)]
         ops = _untainted_cotangent(ops, tainted_outputs(case, ops, reassociated))
         grad_by_jvp = _grad_by_jvp(case)
-        nonfinite, fraction = _derivative_rules(case, "grad", grad_by_jvp)
+        nonfinite, fraction, least = _derivative_rules(case, "grad", grad_by_jvp)
         ref_mode = "hvp_by_jvp" if grad_by_jvp else "hvp"
     else:  # a forward pass: its own NaN reference values are the tainted outputs
         tainted_forward = reassociated and _scattered_inf(case)
@@ -585,7 +597,7 @@ def check_transform(case: Case, transform: str, backends=BACKENDS, reassociated:
             continue
         if tainted_forward:
             got = _untainted(got, ref, jax.tree_util.tree_map(_nan_positions, ref))
-        res = compare_trees(ref, got, case.dtype, lambda: ref, nonfinite, fraction)
+        res = compare_trees(ref, got, case.dtype, lambda: ref, nonfinite, fraction, least)
         if res is not None:
             failures.append(Failure(case, backend, transform, res[0], res[2], res[1]))
     return failures

@@ -8,9 +8,10 @@ specs, and must pass on every machine.
 from __future__ import annotations
 
 import jax
+import numpy as np
 import pytest
 
-from tests.fuzz import checker
+from tests.fuzz import checker, tolerances
 from tests.fuzz import programs as pg
 from tests.fuzz.graphs import GraphSpec, Pattern, Signature, ValueSpec
 from tests.fuzz.strategies import Case
@@ -129,3 +130,31 @@ def test_typed_chain_case_is_reassociated_and_has_untainted_outputs():
     ops = checker.with_cotangent(ops, checker.out_shapes(case.program, ops, case.dtype), case.values.seed)
     (tainted,) = jax.tree_util.tree_leaves(checker.tainted_outputs(case, ops, True))
     assert 0 < tainted.sum() < tainted.size
+
+
+@pytest.mark.parametrize("got, oracle, passes", [
+    (np.inf, 1e5, True),  # the true sum is past float16's range: +inf is it, correctly rounded
+    (-np.inf, 1e5, False),  # the wrong sign
+    (np.inf, 100.0, False),  # the true value fits float16: inf is wrong
+    (np.nan, 1e5, True),  # the reference's own answer
+])
+def test_an_inf_where_the_reference_overflowed_to_nan_is_checked_against_the_rounded_oracle(got, oracle, passes):
+    """Campaign 20261127, 18 float16 cases: a segment mean of huge features, which the reference sums in float16
+    (partial sums overflowing to +inf and -inf: NaN) and jgnn in float32 (one overflow: +inf)."""
+    ref = np.array([1.0, np.nan], np.float16)
+    res = checker.compare_leaf(ref, np.array([1.0, got], np.float16), "float16",
+                               lambda: np.array([1.0, oracle], np.float64))
+    assert (res is None) == passes, res
+
+
+def test_a_gradient_that_cancels_to_zero_is_compared_at_the_values_unit_scale():
+    """Campaign 20261127, 6 float64 cases: every finite entry of the reference's gradient is exactly 0 (the rest
+    ±inf), jgnn's rounding noise of the cancelling unit-scale terms is 5e-17. Unit-scale values give a least row
+    scale of 1; a real error of that size still fails."""
+    ref = {"g": np.array([[0.0, np.inf], [0.0, 0.0]])}
+    noise = {"g": np.array([[5.3e-17, np.inf], [0.0, 0.0]])}
+    wrong = {"g": np.array([[1e-3, np.inf], [0.0, 0.0]])}
+    least = tolerances.least_scale("normal")
+    assert checker.compare_trees(ref, noise, "float64", lambda: ref, "positions", 1.0, least) is None
+    assert checker.compare_trees(ref, wrong, "float64", lambda: ref, "positions", 1.0, least) is not None
+    assert checker.compare_trees(ref, noise, "float64", lambda: ref, "positions", 1.0, 0.0) is not None

@@ -7,8 +7,11 @@ node before multiplying by ``h``), so an infinite input times cotangents ``0`` a
 NaN`` in the reference and ``inf·(0 + c) = inf`` after the rewrite.
 
 Where the reference is NaN or ±inf but the float64 oracle is finite (the reference overflowed in its own dtype,
-e.g. an inf − inf of two 1e38 terms), a finite backend value is compared with the oracle instead; forward values
-of cases with scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`).
+e.g. an inf − inf of two 1e38 terms), a finite backend value is compared with the oracle instead. Where the
+reference is NaN there and the backend ±inf, the oracle rounded to the dtype stands in: the backend passes when the
+true value lies past the dtype's range with that sign (a float16 sum the backend accumulates in float32, which
+overflows once, where the reference's float16 partial sums overflowed both ways). Forward values of cases with
+scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`).
 
 At positions where both are finite, values are compared row by row (the leading axis: one node, edge or
 parameter slice). With ``r`` the reference and ``b`` the backend, a row passes when it is within rounding of
@@ -69,6 +72,14 @@ def part_fraction(dtype: str, magnitude: str) -> float:
     1e154)), and in bf16/f16 such noise is large: there a row's error is relative to the whole part.
     """
     return 1.0 if magnitude == "huge" or dtype in ("float16", "bfloat16") else LEAF_FRACTION
+
+
+def least_scale(magnitude: str) -> float:
+    """A derivative row's scale is at least this much: 1 for unit-scale values (``normal``), whose derivatives sum
+    products of about that size. Where every finite entry of the reference's gradient is exactly 0 (its terms
+    cancel, the other entries are ±inf), the part gives no scale, and a backend's rounding noise of those terms
+    (5e-17 in float64) would be compared with 0. Other magnitudes have no such unit."""
+    return 1.0 if magnitude == "normal" else 0.0
 
 
 def _at_least_fraction(rows: np.ndarray) -> np.ndarray:
