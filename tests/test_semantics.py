@@ -89,6 +89,37 @@ def test_attention_edge_cases_match_reference(backend, case, monkeypatch):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("blocks", [False, True])
+def test_saved_normaliser_counts_an_edge_at_its_rows_max_as_one(backend, blocks, monkeypatch):
+    """Fuzz class c (campaign 20261127): scores near 1e9 whose last product XLA fuses into ``s − m``. The max
+    edge's ``exp(s − m)`` is then exp of the product's rounding error (5.6e-4 here), the normaliser saved for the
+    backward was 5.6e-4, and the backward's weight, recomputed with that edge at exactly its max, was 1,787
+    instead of 1: the gradient was 1,787 times the reference's. One edge per row: its weight is 1, and the
+    gradient of ``Σ α·m`` is the cotangent times the edge factor, on the all-edges path and on edge blocks."""
+    if blocks:
+        monkeypatch.setenv("JGNN_EDGE_TEMP_BYTES", "64")
+    h = jnp.asarray([[-0.55271447], [0.25], [0.5]], jnp.float32)
+    senders, receivers = jnp.asarray([0, 1], jnp.int32), jnp.asarray([1, 2], jnp.int32)
+    factor = jnp.asarray([-1e9, -1e9], jnp.float32)
+    w0 = jnp.asarray([0.80315316], jnp.float32)
+
+    def fn(graph, factor, w0):
+        m = graph.nodes[graph.senders] * factor[:, None]
+        alpha = jraph.segment_softmax(jnp.sum(m * w0, -1), graph.receivers, graph.nodes.shape[0])
+        return jax.ops.segment_sum(m * alpha[:, None], graph.receivers, graph.nodes.shape[0])
+
+    graph = jraph.GraphsTuple(nodes=h, edges=None, senders=senders, receivers=receivers, n_node=jnp.array([3]),
+                              n_edge=jnp.array([2]), globals=None)
+    compiled = jgnn.compile(fn, backend=backend)
+    ct = jnp.asarray([[0.0], [-1.20178], [0.7]], jnp.float32)
+    loss = lambda f: lambda h: jnp.sum(f(graph._replace(nodes=h), factor, w0) * ct)
+    got = jax.jit(jax.grad(loss(compiled)))(h)
+    want = jnp.asarray([[-1.20178 * -1e9], [0.7 * -1e9], [0.0]], jnp.float32)  # ct[receiver] · factor
+    assert_close(got, want)
+    assert_close(got, jax.grad(loss(fn))(h))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_tangent_overflows_where_the_reference_does(backend):
     """(g) The attention tangent is the reference's term by term, ``(α·(ds − c) − α·T)·V + α·dV``: the shorter
     ``α·(ds·(V − out) + dV)`` overflows to ±inf (and NaN after the sum) where the reference's is finite."""

@@ -213,12 +213,22 @@ def reduce_messages(spec: EdgeSpec, ys: list, rows, n: int) -> list:
 def softmax_reference(s, v, rows, n: int, *, gather_rows):
     """jraph's edge softmax and the weighted sum after it, term by term: (out, m, l)."""
     m = jax.ops.segment_max(s, rows, n)
-    e = jnp.exp(s - jnp.take(m, gather_rows, axis=0, mode="clip"))
+    m_rows = jnp.take(m, gather_rows, axis=0, mode="clip")
+    e = jnp.exp(s - m_rows)
     l = _segment_sum(e, rows, n)
     alpha = e / jnp.take(l, gather_rows, axis=0, mode="clip")
     msg = _trail(alpha, v.ndim) * v
     stat = accumulation_dtype(s.dtype)
-    return [_segment_sum(msg, rows, n), m.astype(stat), l.astype(stat)]
+    return [_segment_sum(msg, rows, n), m.astype(stat), saved_normaliser(s, m_rows, rows, n).astype(stat)]
+
+
+def saved_normaliser(s, m_rows, rows, n: int):
+    """The normaliser ``l`` the derivative rules divide by: each edge's weight as they recompute it
+    (`edge_fn.softmax_weight`, an edge attaining its row's max counts exactly 1), not the forward's ``exp(s − m)``.
+    XLA fuses the score's last product into ``s − m`` (a fused multiply-add), so the max edge's term is
+    ``exp(δ)`` of the product's rounding error: 5.6e-4 for scores near 1e9 in float32, which made a recomputed
+    weight 1/5.6e-4 = 1,787 instead of 1 (fuzz class c). The forward's own ratio ``e / Σe`` is unaffected."""
+    return _segment_sum(ef.softmax_weight(s, m_rows, 1), rows, n)
 
 
 def reference(*args, spec: EdgeSpec) -> list:

@@ -275,26 +275,29 @@ def _online_softmax(walk: _Walk, msgs, n: int) -> list:
     out_dtype = jnp.result_type(s_aval.dtype, v_aval.dtype)
     acc_dtype = accumulation_dtype(out_dtype)
     heads = s_aval.shape[1:]
-    init = (jnp.full((n,) + heads, -jnp.inf, stat), jnp.zeros((n,) + heads, stat),
+    zeros = jnp.zeros((n,) + heads, stat)
+    init = (jnp.full((n,) + heads, -jnp.inf, stat), zeros, zeros,
             jnp.zeros((n,) + v_aval.shape[1:], acc_dtype), jnp.zeros((n,), jnp.float32))
 
     def step(carry, start, size):
-        m, l, acc, count = carry
+        m, l, saved, acc, count = carry
         (s, v), rows, gather_rows = walk.block(start, size)
         s = s.astype(stat)
         m_new = jnp.maximum(m, jax.ops.segment_max(s, rows, n))
         shift = jnp.where(m_new == -jnp.inf, jnp.zeros((), stat), m_new)
         corr = jnp.where(m == m_new, jnp.ones((), stat), jnp.exp(m - shift))
-        p = jnp.exp(s - jnp.take(shift, gather_rows, axis=0, mode="clip"))
+        shift_rows = jnp.take(shift, gather_rows, axis=0, mode="clip")
+        p = jnp.exp(s - shift_rows)
         l = l * corr + jax.ops.segment_sum(p, rows, n)
+        saved = saved * corr + eo.saved_normaliser(s, shift_rows, rows, n)  # as `eo.saved_normaliser` says
         msg = eo._trail(p, v.ndim).astype(acc_dtype) * v.astype(acc_dtype)
         acc = acc * eo._trail(corr, acc.ndim).astype(acc_dtype) + jax.ops.segment_sum(msg, rows, n)
-        return m_new, l, acc, count + counts(rows, n)
+        return m_new, l, saved, acc, count + counts(rows, n)
 
-    m, l, acc, count = walk.fold(step, init)
+    m, l, saved, acc, count = walk.fold(step, init)
     has_edges = eo._trail(count, acc.ndim) > 0
     all_neg_inf = eo._trail(m == -jnp.inf, acc.ndim) & has_edges
     safe_l = jnp.where(l == 0, jnp.ones((), stat), l)
     out = jnp.where(has_edges, acc / eo._trail(safe_l, acc.ndim).astype(acc_dtype), jnp.zeros((), acc_dtype))
     out = jnp.where(all_neg_inf, jnp.full((), math.nan, acc_dtype), out)
-    return [out.astype(out_dtype), m, l]
+    return [out.astype(out_dtype), m, saved]
