@@ -179,7 +179,8 @@ def walk(body: Callable, csr: CSR, groups: Sequence[Sequence[jax.Array]], *, pla
     Returns:
       (row outputs, slot outputs) as tuples.
     """
-    body = compat.without_dead_code(body)
+    if not interpret:  # only Triton rejects dead values of odd sizes; XLA drops them (and the retrace costs)
+        body = compat.without_dead_code(body)
     groups = tuple(tuple(g) for g in groups)
     num_rows, nnz = csr.num_rows, csr.col.shape[0]
     seed = jnp.zeros((1,), jnp.int32) if seed is None else seed
