@@ -69,12 +69,14 @@ def normalize_cost(cost: Any) -> dict[str, float]:
 
 
 def xla_cost(compiled) -> dict[str, float | None]:
-    """FLOPs and bytes accessed of a compiled executable (``None`` where XLA does not say)."""
+    """FLOPs and bytes accessed of a compiled executable (``None`` where XLA does not say: XLA's GPU cost analysis
+    gives -2 bytes for a program with a Triton kernel, which made the micro tables' GB/s negative)."""
     try:
         cost = normalize_cost(compiled.cost_analysis())
     except Exception:  # noqa: BLE001 - some backends do not implement cost analysis
         cost = {}
-    return {"flops": cost.get("flops"), "bytes_accessed": cost.get("bytes accessed")}
+    known = lambda v: v if v is not None and v >= 0 else None
+    return {"flops": known(cost.get("flops")), "bytes_accessed": known(cost.get("bytes accessed"))}
 
 
 def xla_memory(compiled) -> dict[str, int | None]:

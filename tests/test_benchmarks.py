@@ -91,3 +91,15 @@ def test_markdown_and_charts(quick_run):
     for suite in suites.SUITES:
         png = out.with_name(f"{out.stem}-{suite}.png")
         assert png.is_file() and png.stat().st_size > 1000, png
+
+
+def test_unknown_costs_are_none_not_negative():
+    """XLA's GPU cost analysis says -2 bytes for a program with a Triton kernel (the 2026-11-26/27 micro tables
+    showed negative GB/s): an unknown cost is None, and no bandwidth is derived from it."""
+    from benchmarks import measure
+
+    class Compiled:
+        def cost_analysis(self):
+            return {"flops": 10.0, "bytes accessed": -2.0}
+
+    assert measure.xla_cost(Compiled()) == {"flops": 10.0, "bytes_accessed": None}
