@@ -120,12 +120,15 @@ class GraphLayout:
     # the edges then has no unread row to mask (`jgnn.passes.broadcast_reorder`).
     every_node_sends: bool = False
     every_node_receives: bool = False
+    # Whether the graph's own edges (padding included, appended loops not) hold a self-loop; None: not known.
+    # `jgnn.nn.gcn_norm` replaces existing loops (PyG's add_remaining_self_loops): known absent, it skips that.
+    own_loops: bool | None = None
 
     def tree_flatten(self):
         return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed,
                                                       self.pair_groups, self.node_groups, self.node_digest,
                                                       self.looped_digest, self.num_edges, self.every_node_sends,
-                                                      self.every_node_receives)
+                                                      self.every_node_receives, self.own_loops)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -142,6 +145,7 @@ class GraphLayout:
         types = graph_lib.edge_types(graph)
         types = None if types is None else np.asarray(types)
         digest, looped_digest = fingerprint(senders, receivers, types), ""
+        own_loops = bool(np.any(senders == receivers))
         if self_loops:
             senders, receivers, _ = append_self_loops(senders, receivers, graph.n_node, graph.n_edge, n, np)
             looped_digest = fingerprint(senders, receivers)
@@ -155,7 +159,7 @@ class GraphLayout:
         return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs), node_groups=node_groups,
                    node_digest=_node_digest(node_types) if node_groups else "", looped_digest=looped_digest,
                    num_edges=int(senders.shape[0]), every_node_sends=_every_node(senders, n),
-                   every_node_receives=_every_node(receivers, n))
+                   every_node_receives=_every_node(receivers, n), own_loops=own_loops)
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""

@@ -77,6 +77,13 @@ def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = Tr
         return Normalized(graph._replace(edges=edges), {"dinv": _inv_sqrt(deg)},
                           lambda src, dst, edge: src["dinv"] * edge["w"] * dst["dinv"])
     n = graph_lib.num_nodes(graph)
+    if weight is None and fill_value == 1.0 and layout is not None and layout.own_loops is False:
+        # The layout knows the graph has no loop to replace: every coefficient is d_j^-1/2 d_i^-1/2 on the graph
+        # with one loop per node, as a hand-written GCN computes it (no per-edge weights, flags or selects).
+        looped = _utils.loop_graph(graph, _utils.NodeSets(n, n, False), {}, {})._replace(edges=None)
+        deg = _utils.aggregate(_utils.degree_probe(looped), lambda src, dst, edge: jnp.ones((), jnp.float32),
+                               backend=backend, remat=remat, layout=layout)
+        return Normalized(looped, {"dinv": _inv_sqrt(deg)}, lambda src, dst, edge: src["dinv"] * dst["dinv"])
     loop = _utils.existing_loops(graph)
     w = jnp.ones((e,), jnp.float32) if weight is None else weight
     per_edge = {"w": jnp.where(loop, 0.0, w), "loop": loop.astype(w.dtype), "new": jnp.zeros((e,), bool)}
