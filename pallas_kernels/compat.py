@@ -323,14 +323,3 @@ def triton_gap(jaxpr: Any) -> str | None:
             if inner is not None:
                 return inner
     return None
-    rules = triton_lowering.triton_lowering_rules
-    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
-        name = eqn.primitive.name
-        shapes_ok = _TRITON_SHAPE_RULES.get(name, lambda _: True)
-        if eqn.primitive not in rules or not shapes_ok(eqn):
-            return name
-        for sub in _core.jaxprs_in_params(eqn.params):
-            inner = triton_gap(sub)
-            if inner is not None:
-                return inner
-    return None

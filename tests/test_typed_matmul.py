@@ -120,15 +120,20 @@ def test_static_groups_match_reference(impl, heads, block):
                             lambda x, w: reference(x, w, types), x, table, terms=7)
 
 
+def _runs(rng, longest: int):
+    """More runs than `FEW_GROUPS`, one per type, of 1 to ``longest - 1`` rows: (groups, types)."""
+    sizes = rng.integers(1, longest, size=tm.FEW_GROUPS + 4)
+    ends = np.cumsum(sizes)
+    groups = tuple((t, int(e - n), int(e)) for t, (n, e) in enumerate(zip(sizes, ends, strict=True)))
+    return groups, jnp.asarray(np.repeat(np.arange(len(groups)), sizes), jnp.int32)
+
+
 @pytest.mark.parametrize("impl", ["static_groups", "pallas_interpret"])
 def test_many_static_groups_match_reference(impl):
     """More runs than `FEW_GROUPS`: the blocked GEMM with host-computed slots, or the kernel's groups."""
     rng = np.random.default_rng(9)
-    sizes = rng.integers(1, 6, size=tm.FEW_GROUPS + 4)
-    ends = np.cumsum(sizes)
-    groups = tuple((t, int(e - n), int(e)) for t, (n, e) in enumerate(zip(sizes, ends, strict=True)))
-    x, table, _ = case(rng, int(ends[-1]), len(groups), 7, 5)
-    types = jnp.asarray(np.repeat(np.arange(len(groups)), sizes), jnp.int32)
+    groups, types = _runs(rng, 6)
+    x, table, _ = case(rng, types.shape[0], len(groups), 7, 5)
     check_against_reference(lambda x, w: tm.typed_matmul(x, w, types, impl=impl, groups=groups, block=4),
                             lambda x, w: reference(x, w, types), x, table, terms=7)
 
@@ -140,11 +145,8 @@ def test_static_runs_on_the_kernel_lower_for_cuda_without_a_sort_or_a_loop():
     from pallas_kernels import compat as pk_compat
 
     rng = np.random.default_rng(10)
-    sizes = rng.integers(1, 40, size=tm.FEW_GROUPS + 4)
-    ends = np.cumsum(sizes)
-    groups = tuple((t, int(e - n), int(e)) for t, (n, e) in enumerate(zip(sizes, ends, strict=True)))
-    x, table, _ = case(rng, int(ends[-1]), len(groups), 16, 16)
-    types = jnp.asarray(np.repeat(np.arange(len(groups)), sizes), jnp.int32)
+    groups, types = _runs(rng, 40)
+    x, table, _ = case(rng, types.shape[0], len(groups), 16, 16)
     f = lambda x, w: jnp.sum(jnp.sin(tm.typed_matmul(x, w, types, impl="pallas", groups=groups)))
     text = pk_compat.export_cuda_mlir(jax.value_and_grad(f, argnums=(0, 1)), x, table)
     assert pk_compat.TRITON_CUSTOM_CALL in text  # the kernels' own loops are serialized inside these calls
