@@ -12,6 +12,9 @@ Facts this module encodes (verified against the installed JAX source):
   themselves may have any shape. It rejects scalar prefetch and dynamic grids.
 * The HLO interpreter (``interpret=True``) fills un-aliased outputs with NaN (floats) / INT_MIN (ints),
   so any output element a kernel forgets to write shows up as NaN in interpret-mode tests.
+* Internal entry points used here (same call form in 0.10.2, 0.11.2 and 0.12.0.1):
+  ``partial_eval.dce_jaxpr(jaxpr, used_outputs, instantiate=)``, ``core.eval_jaxpr``, and the Triton lowering's
+  ``lower_jaxpr_to_triton_module``, which ``pallas_call_registration`` calls as a module attribute.
 """
 from __future__ import annotations
 
@@ -154,7 +157,8 @@ def export_cuda_mlir(fn: Callable[..., Any], *args: Any) -> str:
 @contextlib.contextmanager
 def _checking_kernel_sizes():
     """Every Triton kernel lowered inside is checked with `odd_sized_value` first (by wrapping the Triton
-    lowering's entry point, internal; where a JAX moved it, nothing is checked)."""
+    lowering's entry point, internal; where a JAX moved it, nothing is checked). The wrap is process-wide while
+    it lasts (not thread-safe), and a lowering JAX cached from an earlier export is not checked again."""
     try:
         from jax._src.pallas.triton import lowering as triton_lowering
     except ImportError:  # pragma: no cover - a JAX without the Triton backend
@@ -247,7 +251,7 @@ def bind_primitive(prim: Any, params: dict, args) -> Any:
 
 
 
-def _dce(jaxpr: Any, *, keep_inputs: bool) -> tuple[Any, list[bool]]:
+def _dce(jaxpr: Any, *, keep_inputs: bool) -> tuple[Any, list[bool]] | None:
     """``partial_eval.dce_jaxpr`` (internal): ``jaxpr`` without the ops no output needs, and which inputs it
     reads; ``keep_inputs`` keeps every input. None where a JAX moved it (callers then keep everything)."""
     try:
@@ -275,7 +279,9 @@ def without_dead_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     Triton verifies every op of a module (each tensor's size a power of two) before it eliminates dead code. A
     derivative's edge function builds tangents it then drops, such as the zero tangent of a width-3 message,
-    and one such value fails the whole kernel on a GPU, though the interpreter runs it."""
+    and one such value fails the whole kernel on a GPU, though the interpreter runs it. Pallas drops dead code
+    when it traces a kernel, but not inside loop bodies (JAX 0.10.2 has no DCE rule for ``while``), and a
+    kernel's edge function runs inside its chunk loop."""
     def pruned(*args):
         flat, tree = jax.tree_util.tree_flatten(args)
         closed, out_shape = jax.make_jaxpr(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)),

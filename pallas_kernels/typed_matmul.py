@@ -50,9 +50,14 @@ class MatmulBlock(NamedTuple):
     bn: int  # output columns per tile
 
 
+# Rows per tile. One for every shape: the backward's dx runs the forward kernel on the swapped weights with the
+# forward's `Tiles`, which hold the types of these row tiles.
+ROW_TILE = 32
+
+
 def matmul_block(din: int, dout: int) -> MatmulBlock:
     """Power-of-two tiles; >= 16 on every dot dimension (Triton's ``tl.dot`` minimum)."""
-    return MatmulBlock(32, max(16, min(32, next_pow2(din))), max(16, min(64, next_pow2(dout))))
+    return MatmulBlock(ROW_TILE, max(16, min(32, next_pow2(din))), max(16, min(64, next_pow2(dout))))
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -67,14 +72,20 @@ class Tiles(NamedTuple):
     last: jax.Array
 
 
-def _tiles(group_sizes, num_rows: int, bm: int) -> Tiles:
-    """`Tiles` of ``group_sizes``: computed on the host when the sizes are (numpy), else by loop-free XLA ops.
-    ``jnp.searchsorted``'s default method is a while loop, one kernel launch per step on a GPU, which cost more
-    than the kernel on small graphs."""
+def _offsets(group_sizes):
+    """int32[T + 1]: where each type's rows start, and the end (numpy for numpy sizes)."""
+    xp = np if isinstance(group_sizes, np.ndarray) else jnp
+    return xp.concatenate([xp.zeros((1,), xp.int32), xp.cumsum(group_sizes).astype(xp.int32)])
+
+
+def _tiles(group_sizes, num_rows: int) -> Tiles:
+    """`Tiles` of ``group_sizes`` for row tiles of `ROW_TILE`: computed on the host when the sizes are (numpy),
+    else by loop-free XLA ops. ``jnp.searchsorted``'s default method is a while loop, one kernel launch per step
+    on a GPU, which cost more than the kernel on small graphs."""
+    bm = ROW_TILE
     num_tiles = _cdiv(num_rows, bm)
     xp = np if isinstance(group_sizes, np.ndarray) else jnp
-    offsets = xp.concatenate([xp.zeros((1,), xp.int32), xp.cumsum(xp.asarray(group_sizes, xp.int32))])
-    offsets = offsets.astype(xp.int32)
+    offsets = _offsets(group_sizes)
     total = offsets[-1]
     r0 = xp.arange(num_tiles, dtype=xp.int32) * bm
     r1 = xp.minimum(r0 + bm, total) - 1
@@ -213,9 +224,8 @@ def typed_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, gather_i
     num_rows = x.shape[0] if gather_idx is None else gather_idx.shape[0]
     if impl == "pallas":
         gi = None if gather_idx is None else jnp.asarray(gather_idx, jnp.int32)
-        static = isinstance(group_sizes, np.ndarray | list | tuple)
-        tiles = _tiles(np.asarray(group_sizes, np.int32) if static else jnp.asarray(group_sizes, jnp.int32),
-                       num_rows, matmul_block(w.shape[1], w.shape[2]).bm)
+        static = isinstance(group_sizes, np.ndarray)
+        tiles = _tiles(group_sizes.astype(np.int32) if static else jnp.asarray(group_sizes, jnp.int32), num_rows)
         return _typed_matmul_pallas(x, w, Tiles(*map(jnp.asarray, tiles)), gi, num_rows, interpret)
     group_sizes = jnp.asarray(group_sizes, jnp.int32)
     if impl == "ragged_dot":
@@ -231,7 +241,7 @@ def typed_matmul_reference(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *
                            gather_idx: jax.Array | None = None) -> jax.Array:
     """Pure-jnp reference: per-row type via ``searchsorted`` and a per-type loop (no [S, din, dout])."""
     rows = (x if gather_idx is None else x[gather_idx]).astype(jnp.float32)
-    offsets = _tiles(jnp.asarray(group_sizes, jnp.int32), 0, 1).offsets
+    offsets = _offsets(jnp.asarray(group_sizes, jnp.int32))
     r = jnp.arange(rows.shape[0], dtype=jnp.int32)
     types = jnp.searchsorted(offsets[1:], r, side="right")
     out = jnp.zeros((rows.shape[0], w.shape[2]), jnp.float32)

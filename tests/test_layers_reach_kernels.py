@@ -356,3 +356,25 @@ def test_the_cuda_export_rejects_a_kernel_value_of_odd_size():
                                     compiler_params=pk_compat.triton_compiler_params())(x)
     with pytest.raises(ValueError, match="power of two"):
         pk_compat.export_cuda_mlir(call, jnp.zeros((8, 4), jnp.float32))
+
+
+def test_without_dead_code_keeps_what_a_function_computes():
+    """The pass that runs on every Triton kernel body (and so only on a GPU): pytrees in and out, closed-over
+    arrays, a custom-JVP callee and a dead odd-sized value. The outputs are the function's, the dead value is gone,
+    and derivatives through it are the function's too."""
+    from pallas_kernels import compat as pk_compat
+
+    scale = jnp.arange(4.0)
+
+    def body(tiles, ctx):
+        a, b = tiles
+        jnp.broadcast_to(a[:, :1], (2, 3)) * 2.0  # dead, and of a size Triton rejects
+        return {"y": jax.nn.relu(a * scale + b), "z": (ctx["k"] * a.sum(),)}
+
+    args = ((jnp.linspace(-1.0, 1.0, 8).reshape(2, 4), jnp.ones((2, 4))), {"k": jnp.float32(3.0)})
+    pruned = pk_compat.without_dead_code(body)
+    jax.tree.map(np.testing.assert_array_equal, pruned(*args), body(*args))
+    assert pk_compat.odd_sized_value(jax.make_jaxpr(body)(*args)) is not None
+    assert pk_compat.odd_sized_value(jax.make_jaxpr(pruned)(*args)) is None
+    g = lambda f: jax.grad(lambda t: jnp.sum(f((t, args[0][1]), args[1])["y"]))(args[0][0])
+    np.testing.assert_array_equal(g(pruned), g(body))

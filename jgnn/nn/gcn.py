@@ -62,7 +62,9 @@ def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = Tr
         static under ``jit``) and the new loops are appended (`jgnn.layout.append_self_loops` order).
       layout: a `jgnn.layout.GraphLayout` of the graph propagated on (``self_loops=add_self_loops``).
 
-    :math:`\hat d_i` is the weighted in-degree on that graph; nodes of degree 0 get coefficient 0.
+    :math:`\hat d_i` is the weighted in-degree on that graph; nodes of degree 0 get coefficient 0. A layout
+    whose graph has no self-loop of its own (`GraphLayout.own_loops` False; jraph-padded batches have loops on
+    the padding node) lets an unweighted normalisation skip the loop replacement: ``d_j^-1/2 d_i^-1/2``.
     Unlike PyG 2.8, ``fill_value`` (2 for ``improved=True``) applies without edge weights too: they are 1.
     """
     e = graph_lib.num_edges(graph)

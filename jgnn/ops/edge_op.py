@@ -215,20 +215,24 @@ def softmax_reference(s, v, rows, n: int, *, gather_rows):
     m = jax.ops.segment_max(s, rows, n)
     m_rows = jnp.take(m, gather_rows, axis=0, mode="clip")
     e = jnp.exp(s - m_rows)
-    l = _segment_sum(e, rows, n)
+    l, saved = normalisers(s, m_rows, e, rows, n)
     alpha = e / jnp.take(l, gather_rows, axis=0, mode="clip")
     msg = _trail(alpha, v.ndim) * v
     stat = accumulation_dtype(s.dtype)
-    return [_segment_sum(msg, rows, n), m.astype(stat), saved_normaliser(s, m_rows, rows, n).astype(stat)]
+    return [_segment_sum(msg, rows, n), m.astype(stat), saved.astype(stat)]
 
 
-def saved_normaliser(s, m_rows, rows, n: int):
-    """The normaliser ``l`` the derivative rules divide by: each edge's weight as they recompute it
-    (`edge_fn.softmax_weight`, an edge attaining its row's max counts exactly 1), not the forward's ``exp(s − m)``.
-    XLA fuses the score's last product into ``s − m`` (a fused multiply-add), so the max edge's term is
-    ``exp(δ)`` of the product's rounding error: 5.6e-4 for scores near 1e9 in float32, which made a recomputed
-    weight 1/5.6e-4 = 1,787 instead of 1 (fuzz class c). The forward's own ratio ``e / Σe`` is unaffected."""
-    return _segment_sum(ef.softmax_weight(s, m_rows, 1), rows, n)
+def normalisers(s, m_rows, e, rows, n: int):
+    """Per row, ``Σ e`` (the forward's own) and the normaliser saved for the derivative rules, in one segment sum.
+
+    The saved one counts each edge as the rules recompute its weight (`edge_fn.softmax_weight`: an edge attaining
+    its row's max counts exactly 1), not as the forward's ``e = exp(s − m)``. XLA fuses the score's last product
+    into ``s − m`` (a fused multiply-add), so the max edge's ``e`` is ``exp(δ)`` of the product's rounding error:
+    5.6e-4 for scores near 1e9 in float32, which made a recomputed weight 1/5.6e-4 = 1,787 instead of 1 (fuzz
+    class c). The forward's own ratio ``e / Σe`` is unaffected."""
+    counted = jnp.where(ef.attains_max(s, m_rows), jnp.ones((), e.dtype), e)
+    both = _segment_sum(jnp.stack([e, counted], axis=-1), rows, n)
+    return both[..., 0], both[..., 1]
 
 
 def reference(*args, spec: EdgeSpec) -> list:

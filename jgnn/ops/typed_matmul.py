@@ -62,11 +62,12 @@ def reference(x, table, types, **_):
 # Up to this many types, a row's rank among the rows of its type is a running count over ``[R, T]`` flags
 # (measured on CPU: 0.5 ms for 20,000 rows of 3 types, against 3.4 ms for a stable argsort); beyond, a sort.
 COUNTING_TYPES = 16
+COUNTING_ELEMENTS = 1 << 26  # and while the [R, T] counts stay under 256 MiB: a sort's memory is O(R)
 
 
 def _rank_within_type(types, groups: int):
     """For each row, how many earlier rows have its type (rows keep their order within a type)."""
-    if groups <= COUNTING_TYPES:
+    if groups <= COUNTING_TYPES and types.shape[0] * groups <= COUNTING_ELEMENTS:
         flags = (types[:, None] == jnp.arange(groups, dtype=types.dtype)).astype(jnp.int32)
         return jnp.take_along_axis(jnp.cumsum(flags, axis=0), types[:, None], axis=1)[:, 0] - 1
     order = jnp.argsort(types, stable=True)
@@ -205,7 +206,6 @@ def _pallas(x, table, types, *, backend: str, block: int, groups: tuple = (), **
     num_types, dtype = table.shape[0], jnp.result_type(x, table)
     if kernel_impl is None:
         return static_groups(x, table, types, groups=groups, block=block) if groups else reference(x, table, types)
-    types = jnp.clip(types, 0, num_types - 1)
     interpret = eo.INTERPRET[backend]
     if groups:
         _check_runs(groups, x.shape[0])
@@ -214,6 +214,7 @@ def _pallas(x, table, types, *, backend: str, block: int, groups: tuple = (), **
         return pk.typed_matmul(x, table[run_types], sizes, impl=kernel_impl, interpret=interpret).astype(dtype)
     # each row to its slot among its type's rows and back, as `sorted_blocks` does: no sort for a few types, one
     # for many (not a sort and the sort of its inverse)
+    types = jnp.clip(types, 0, num_types - 1)
     sizes = jnp.bincount(types, length=num_types).astype(jnp.int32)
     position = (jnp.cumsum(sizes) - sizes)[types] + _rank_within_type(types, num_types)
     packed = jnp.zeros_like(x).at[position].set(x, unique_indices=True)

@@ -59,11 +59,10 @@ def choose_impl(backend: str) -> tuple[str, str]:
 
 
 def _static(impl: str, why: str) -> tuple[str, str]:
-    """(implementation, why) for rows in static runs of one type: XLA's GEMM per run, or the backend's kernel
-    taking each run as one of its groups."""
-    if impl == "sorted_blocks":
-        return "static_groups", why
-    return impl, f"{why}; each run one group of the kernel"
+    """(implementation, why) for rows in static runs of one type: XLA's GEMM per run, or the Pallas backend's
+    engine on those runs (`typed_matmul.report_lowering` names it: the kernel, or GEMMs per run for per-head
+    tables)."""
+    return ("static_groups" if impl == "sorted_blocks" else impl), why
 
 
 def _table_layout(op: ir.Op, table: ir.Atom) -> tuple[bool, int] | None:

@@ -349,12 +349,12 @@ def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
     """The first mismatching leaf: (kind, leaf path, detail), or None. ``oracle_tree()`` is lazy.
 
     ``part_fraction``: every row's scale is at least this fraction of the largest finite |value| in the whole
-    tree (`tolerances.part_fraction`), and at least ``least_scale`` (`tolerances.least_scale`).
+    tree (`tolerances.part_fraction`), or ``least_scale`` (`tolerances.least_scale`) where that is 0.
     """
     paths, treedef = jax.tree_util.tree_flatten_with_path(ref)
     floor = part_fraction * max((float(np.abs(_as_real(x))[np.isfinite(_as_real(x))].max(initial=0))
                                  for _, x in paths if is_float(np.asarray(x))), default=0.0)
-    floor = max(floor, least_scale)
+    floor = floor or least_scale  # only a part without a nonzero finite entry has no scale of its own
     got_leaves = treedef.flatten_up_to(got)
     for i, ((path, r), g) in enumerate(zip(paths, got_leaves, strict=True)):
         res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i], nonfinite, floor)
