@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import jraph
 
 from jgnn import graph as graph_lib
+from jgnn import layout as layout_lib
 from jgnn import mailbox
 from jgnn.message_passing import message_passing
 from jgnn.nn import _utils
@@ -68,24 +69,21 @@ def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = Tr
     Unlike PyG 2.8, ``fill_value`` (2 for ``improved=True``) applies without edge weights too: they are 1.
     """
     e = graph_lib.num_edges(graph)
-    if not add_self_loops:
+    nothing_to_replace = weight is None and fill_value == 1.0 and layout is not None and layout.own_loops is False
+    if not add_self_loops or nothing_to_replace:
+        # The graph as it is, or with a loop per node added where the layout knows there is none to replace: the
+        # coefficients need no per-edge loop flags or selects (as a hand-written GCN's).
+        target = layout_lib.with_self_loops(graph) if add_self_loops else graph
         edges = None if weight is None else {"w": weight}
         phi = (lambda src, dst, edge: edge["w"]) if weight is not None else \
             (lambda src, dst, edge: jnp.ones((), jnp.float32))
-        deg = _utils.aggregate(_utils.degree_probe(graph, edges), phi, backend=backend, remat=remat, layout=layout)
+        deg = _utils.aggregate(_utils.degree_probe(target, edges), phi, backend=backend, remat=remat, layout=layout)
         if weight is None:
-            return Normalized(graph._replace(edges=None), {"dinv": _inv_sqrt(deg)},
+            return Normalized(target._replace(edges=None), {"dinv": _inv_sqrt(deg)},
                               lambda src, dst, edge: src["dinv"] * dst["dinv"])
-        return Normalized(graph._replace(edges=edges), {"dinv": _inv_sqrt(deg)},
+        return Normalized(target._replace(edges=edges), {"dinv": _inv_sqrt(deg)},
                           lambda src, dst, edge: src["dinv"] * edge["w"] * dst["dinv"])
     n = graph_lib.num_nodes(graph)
-    if weight is None and fill_value == 1.0 and layout is not None and layout.own_loops is False:
-        # The layout knows the graph has no loop to replace: every coefficient is d_j^-1/2 d_i^-1/2 on the graph
-        # with one loop per node, as a hand-written GCN computes it (no per-edge weights, flags or selects).
-        looped = _utils.loop_graph(graph, _utils.NodeSets(n, n, False), {}, {})._replace(edges=None)
-        deg = _utils.aggregate(_utils.degree_probe(looped), lambda src, dst, edge: jnp.ones((), jnp.float32),
-                               backend=backend, remat=remat, layout=layout)
-        return Normalized(looped, {"dinv": _inv_sqrt(deg)}, lambda src, dst, edge: src["dinv"] * dst["dinv"])
     loop = _utils.existing_loops(graph)
     w = jnp.ones((e,), jnp.float32) if weight is None else weight
     per_edge = {"w": jnp.where(loop, 0.0, w), "loop": loop.astype(w.dtype), "new": jnp.zeros((e,), bool)}

@@ -121,11 +121,16 @@ def static_groups(x, table, types, *, groups: tuple, block: int, **_):
     runs = jax.lax.split(x, [hi - lo for _, lo, hi in groups], axis=0)
     weights = jax.lax.split(table, [1] * table.shape[0], axis=0)  # the same for the table's cotangent
     for (t, _, _), rows_t in zip(groups, runs, strict=True):
-        w = weights[min(max(t, 0), table.shape[0] - 1)][0]  # [*heads, d_in, d_out], clamped as the gather was
+        w = weights[_clamped(t, table.shape[0])][0]  # [*heads, d_in, d_out]
         y = jax.lax.dot_general(rows_t, w, (((h + 1,), (h,)), (tuple(range(1, h + 1)), tuple(range(h)))),
                                 preferred_element_type=dtype)  # [*heads, rows, d_out]
         pieces.append(jnp.moveaxis(y, h, 0))
     return jnp.concatenate(pieces).astype(dtype)
+
+
+def _clamped(t: int, num_types: int) -> int:
+    """A static run's type clamped into ``[0, T)``, as the gather it replaces clamped it."""
+    return min(max(t, 0), num_types - 1)
 
 
 def _check_runs(groups: tuple, rows: int) -> None:
@@ -142,7 +147,7 @@ def _static_slots(groups: tuple, rows: int, block: int, num_types: int):
     for t, lo, hi in groups:
         count = -(-(hi - lo) // block)
         position[lo:hi] = start + np.arange(hi - lo)
-        block_type.extend([min(max(t, 0), num_types - 1)] * count)  # clamped, as the gather was
+        block_type.extend([_clamped(t, num_types)] * count)
         start += count * block
     return position, np.asarray(block_type, np.int32)
 
@@ -209,7 +214,7 @@ def _pallas(x, table, types, *, backend: str, block: int, groups: tuple = (), **
     interpret = eo.INTERPRET[backend]
     if groups:
         _check_runs(groups, x.shape[0])
-        run_types = np.asarray([min(max(t, 0), num_types - 1) for t, _, _ in groups], np.int32)
+        run_types = np.asarray([_clamped(t, num_types) for t, _, _ in groups], np.int32)
         sizes = np.asarray([hi - lo for _, lo, hi in groups], np.int32)
         return pk.typed_matmul(x, table[run_types], sizes, impl=kernel_impl, interpret=interpret).astype(dtype)
     # each row to its slot among its type's rows and back, as `sorted_blocks` does: no sort for a few types, one

@@ -58,11 +58,10 @@ def choose_impl(backend: str) -> tuple[str, str]:
     return "sorted_blocks", "rows sorted by type into whole blocks, one GEMM per block"
 
 
-def _static(impl: str, why: str) -> tuple[str, str]:
-    """(implementation, why) for rows in static runs of one type: XLA's GEMM per run, or the Pallas backend's
-    engine on those runs (`typed_matmul.report_lowering` names it: the kernel, or GEMMs per run for per-head
-    tables)."""
-    return ("static_groups" if impl == "sorted_blocks" else impl), why
+def _with_runs(impl: str) -> str:
+    """The implementation for rows in static runs of one type: XLA's GEMM per run, or the Pallas backend's engine
+    on those runs (`typed_matmul.report_lowering` names it: the kernel, or GEMMs per run for per-head tables)."""
+    return "static_groups" if impl == "sorted_blocks" else impl
 
 
 def _table_layout(op: ir.Op, table: ir.Atom) -> tuple[bool, int] | None:
@@ -112,7 +111,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
         if compact is None:
             groups = _node_runs(b, ctx, types, x, table)
             if groups:
-                impl, why = _static(impl, "node types sorted in the layout: one GEMM per type, no sort")
+                impl, why = _with_runs(impl), "node types sorted in the layout: one GEMM per type, no sort"
             b.bind(typed_matmul_p, [x, table, types], dict(impl=impl, block=128, groups=groups), outputs=op.outputs)
             rows = x.shape[0]
         else:
@@ -124,7 +123,7 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             # program (a Pallas backend keeps its kernel).
             groups = lay.pair_groups
             if groups:
-                impl, why = _static(impl, "the layout's typed pairs in runs of one type: no sort")
+                impl, why = _with_runs(impl), "the layout's typed pairs in runs of one type: no sort"
             (per_pair,) = b.bind(typed_matmul_p, [pair_rows, table, pairs.pair_type],
                                  dict(impl=impl, block=128, groups=groups))
             b.bind(gather_p, [per_pair, pairs.edge_pair], dict(index=Index.PAIR, mode="clip", wrap=False),
