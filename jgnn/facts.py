@@ -326,6 +326,13 @@ def graph_resident(info: Info) -> bool:
     return info.residency in GRAPH_AXES or info.residency in TABLES
 
 
+def endpoint_table(info: Info) -> bool:
+    """Whether src/dst ids may read rows of this value as a broadcast of node rows: node values, or a shared array
+    that is not a broadcast (a per-group table of a `jgnn.hierarchical` level, a node table passed beside the
+    graph): ``table[receivers]`` is the same movement as ``nodes[receivers]``."""
+    return info.residency == Residency.NODE or (info.residency == Residency.SHARED and not info.expanded)
+
+
 def _join(infos: list[Info]) -> Info:
     """The residency of a row-wise op's output: the graph axis its operands share."""
     live = [i for i in infos if graph_resident(i) and not i.expanded]

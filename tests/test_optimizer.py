@@ -431,3 +431,28 @@ def test_impure_op_on_edge_data_keeps_its_input_and_still_runs():
     report = jgnn.explain(compiled, graph)
     assert not report.fallbacks
     assert Reason.MESSAGES_STORED_ANYWAY in report.codes(Pass.FUSE, applied=False)  # the callback reads them
+
+
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+def test_table_beside_the_graph_is_read_as_endpoint_rows(backend):
+    """``table[receivers]`` of an array passed beside the graph (a per-group table of a hierarchical level, a node
+    table the user keeps apart) is a dst broadcast like ``nodes[receivers]``: raised, fused as a dst operand (no
+    [E, F] edge operand) and equal to plain JAX, on a table that is not the size of the node array."""
+    rng = _rng(21)
+    n, e, t = 30, 90, 12
+    graph = jraph.GraphsTuple(nodes=jnp.asarray(rng.normal(size=(n, 4)), jnp.float32), edges=None,
+                              senders=jnp.asarray(rng.integers(0, n, e), jnp.int32),
+                              receivers=jnp.asarray(rng.integers(0, t, e), jnp.int32),
+                              n_node=jnp.asarray([n]), n_edge=jnp.asarray([e]), globals=None)
+    table = jnp.asarray(rng.normal(size=(t, 4)), jnp.float32)
+
+    def model(g, table):
+        m = jnp.tanh(g.nodes[g.senders] * table[g.receivers])
+        return jax.ops.segment_sum(m, g.receivers, t)
+
+    compiled = jgnn.compile(model, backend=backend)
+    report = jgnn.explain(compiled, graph, table)
+    assert not report.fallbacks
+    (fused,) = [d for d in report.decisions if d.code == Reason.FUSED_REDUCE]
+    assert (fused.get("src_operands"), fused.get("dst_operands"), fused.get("edge_operands")) == (1, 1, 0)
+    check_against_reference(compiled, model, graph, table)

@@ -104,7 +104,7 @@ def _residency(op, infos, ctx):
     index = op.params["index"]
     graph = ids.graph if facts.graph_resident(ids) else x.graph
     if index in ENDPOINTS:
-        if x.residency != Residency.NODE:
+        if not facts.endpoint_table(x):
             raise facts.Unknown(Reason.MIXED_RESIDENCIES, residencies=f"{x.residency.value} and {index.value} ids")
         movement = Movement.NORM if x.reduced_by == index else BROADCAST_OF_INDEX[index]
         keep = x.index if x.index in TYPE_INDEX else None  # the type of each edge's source stays a type id

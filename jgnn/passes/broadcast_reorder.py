@@ -67,7 +67,7 @@ class _Lazy:
 
 def _is_lazy_gather(op: ir.Op, ctx: Context) -> bool:
     return (op.prim is gather_p and op.params["index"] in ENDPOINTS and isinstance(op.inputs[0], ir.Value)
-            and ctx.info(op.inputs[0]).residency == Residency.NODE and ctx.info(op.inputs[0]).axis == 0)
+            and facts.endpoint_table(ctx.info(op.inputs[0])) and ctx.info(op.inputs[0]).axis == 0)
 
 
 def _materialise(lazy: _Lazy, out: ir.Value, b: Builder) -> None:

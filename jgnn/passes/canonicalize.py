@@ -102,7 +102,7 @@ def _gather(op: ir.Op, ctx: Context, made_by, b: Builder) -> bool:
     index = ctx.info(raw).index
     if index not in _RAISED_INDEX or ctx.info(raw).residency == Residency.UNKNOWN:
         return False
-    if index in ENDPOINTS and ctx.info(x).residency != Residency.NODE:
+    if index in ENDPOINTS and not facts.endpoint_table(ctx.info(x)):
         return False
     (out,) = b.bind(gather_p, [x, raw], dict(index=index, mode=mode, wrap=wrap), outputs=op.outputs)
     b.ctx.report.add(Pass.CANONICALIZE, Reason.RAISED_GATHER, count=1, index=index.value)

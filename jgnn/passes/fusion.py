@@ -117,7 +117,7 @@ def classify(region: Region, ctx: Context, made_by, e: int) -> Operands | None:
         op = made_by.get(leaf.id)
         info = ctx.info(leaf)
         if op is not None and op.prim is gather_p and op.params["index"] in ENDPOINTS and \
-                op.params["mode"] == "clip" and ctx.info(op.inputs[0]).residency == Residency.NODE:
+                op.params["mode"] == "clip" and facts.endpoint_table(ctx.info(op.inputs[0])):
             group = Group.SRC if op.params["index"] == Index.SRC else Group.DST
             if found.ids.setdefault(group, op.inputs[1]) is not op.inputs[1]:
                 return None  # gathers by two different id arrays of one kind
