@@ -120,6 +120,39 @@ def test_saved_normaliser_counts_an_edge_at_its_rows_max_as_one(backend, blocks,
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype, top", [(jnp.bfloat16, 10.0), (jnp.float16, 100.0), (jnp.float32, 1e5)])
+def test_scores_a_few_ulps_below_the_max_keep_their_own_weight(backend, dtype, top):
+    """Scores 1 to 4 ulps below their row's max, at magnitudes where those ulps are narrow in the exponent:
+    the backward's recomputed weights are ``exp(s − m) / l``, not snapped to the max's (equal weights gave a
+    bfloat16 gradient 10% off). The gradient of ``out = Σ α v`` in the scores is ``α (v − out)``, computed here in
+    float64 from the same rounded scores, and the reference's agrees with it to the dtype's tolerance."""
+    ulp = float(jnp.finfo(dtype).eps) * 2.0 ** np.floor(np.log2(top))
+    scores = top - ulp * np.arange(5.0)  # 0 to 4 ulps below the max: all within the tie window
+    values = np.asarray([0.0, 0.0, 0.0, 0.0, 8.0])
+    k = scores.shape[0]
+    nodes = {"s": jnp.asarray(scores[:, None], dtype), "v": jnp.asarray(values[:, None], dtype)}
+    graph = jraph.GraphsTuple(nodes=nodes, edges=None, senders=jnp.arange(k, dtype=jnp.int32),
+                              receivers=jnp.zeros(k, jnp.int32), n_node=jnp.array([k]), n_edge=jnp.array([k]),
+                              globals=None)
+    assert np.array_equal(np.asarray(graph.nodes["s"], np.float64)[:, 0], scores)  # exactly representable
+
+    def phi(s, d, e):
+        return {"s": s["s"], "v": s["v"]}
+
+    def rho(mb, node):
+        return jgnn.sum(jgnn.softmax(mb["s"]) * mb["v"])
+
+    compiled, reference = _pair(phi, rho, backend=backend)
+    grad = lambda layer: jax.jit(jax.grad(lambda s: jnp.sum(layer(graph._replace(
+        nodes={**graph.nodes, "s": s})).nodes[0, 0].astype(jnp.float32))))(graph.nodes["s"])
+    alpha = np.exp(scores - scores.max())
+    alpha /= alpha.sum()
+    exact = (alpha * (values - alpha @ values))[:, None]
+    assert_close(grad(reference), exact, dtype=dtype)
+    assert_close(grad(compiled), exact, dtype=dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_tangent_overflows_where_the_reference_does(backend):
     """(g) The attention tangent is the reference's term by term, ``(α·(ds − c) − α·T)·V + α·dV``: the shorter
     ``α·(ds·(V − out) + dV)`` overflows to ±inf (and NaN after the sum) where the reference's is finite."""

@@ -469,22 +469,41 @@ def softmax_weight(s, m, l):
     ``s`` is recomputed here, and a differently compiled recomputation misses the forward's max by a few ulps
     (the Pallas forward kernel sums tiles, XLA sums the array; either may fuse multiply-adds). At scores near 1e20
     an ulp is 1e13, and ``exp(±1e13)`` would turn the edge attaining the max into weight 0 or inf (the fuzzer
-    found both). So a score within `MAX_ULPS` ulps of the max counts as attaining it. The weight of an edge
-    truly that close to the max moves by at most that relative amount, the size of the recomputation's own
-    error. The snapped exponent is ``z − stop_gradient(z)``, not a constant 0: zero in value, it keeps the
-    derivative in ``s`` that second-order derivatives read. NaN passes.
+    found both). So where those ulps are wide in the exponent (`snaps_to_max`), a score within `MAX_ULPS` ulps
+    of the max counts as attaining it: weight ``1 / l``. Where they are narrow, ``exp(s − m)`` is kept: a
+    recomputation off by ``δ`` moves the weight by a factor ``exp(δ)`` only, and a distinct score a few ulps
+    below the max keeps its own weight (snapping it gave bfloat16 scores 1–3 ulps apart near 10 equal weights: a
+    gradient 16% off). The snapped exponent is ``z − stop_gradient(z)``, not a constant 0: zero in value, it keeps
+    the derivative in ``s`` that second-order derivatives read. NaN passes.
     """
     z = s - m
-    return jnp.exp(jnp.where(attains_max(s, m), z - jax.lax.stop_gradient(z), z)) / l
+    return jnp.exp(jnp.where(snaps_to_max(s, m), z - jax.lax.stop_gradient(z), z)) / l
 
 
 MAX_ULPS = 4  # the fuzzer's GAT case with float32 scores near 1e20 misses by 3 ulps
+# The widest window, in the exponent, within which a recomputed weight is left unsnapped: ``exp(±0.5)``.
+SNAP_WIDTH = 0.5
+
+
+def _window(s, m):
+    """``(m, MAX_ULPS ulps of m)`` in ``s``'s dtype."""
+    m = m.astype(s.dtype)
+    return m, MAX_ULPS * jnp.finfo(s.dtype).eps * jnp.abs(m)
 
 
 def attains_max(s, m):
-    """Whether a recomputed score attains its row's saved max: within `MAX_ULPS` ulps of it, or above."""
-    m = m.astype(s.dtype)
-    return s >= m - MAX_ULPS * jnp.finfo(s.dtype).eps * jnp.abs(m)
+    """Whether a recomputed score attains its row's saved max: within `MAX_ULPS` ulps of it, or above. It decides
+    the ties that share the max's tangent (precision only: that shift cancels in exact arithmetic)."""
+    m, width = _window(s, m)
+    return s >= m - width
+
+
+def snaps_to_max(s, m):
+    """Whether a recomputed score's softmax weight is taken as ``exp(0)`` (`softmax_weight`): it attains the max
+    and the `MAX_ULPS` window is wider than `SNAP_WIDTH` in the exponent (float32 beyond about 1e6, bfloat16
+    beyond 16, float16 beyond 128; always for an infinite max)."""
+    m, width = _window(s, m)
+    return (s >= m - width) & (width > SNAP_WIDTH)
 
 
 def out_avals(fn: EdgeFn, operand_avals: Sequence[jax.ShapeDtypeStruct], whole: Sequence[bool],

@@ -225,12 +225,12 @@ def softmax_reference(s, v, rows, n: int, *, gather_rows):
 def normalisers(s, m_rows, e, rows, n: int):
     """Per row, ``Σ e`` (the forward's own) and the normaliser saved for the derivative rules, in one segment sum.
 
-    The saved one counts each edge as the rules recompute its weight (`edge_fn.softmax_weight`: an edge attaining
-    its row's max counts exactly 1), not as the forward's ``e = exp(s − m)``. XLA fuses the score's last product
-    into ``s − m`` (a fused multiply-add), so the max edge's ``e`` is ``exp(δ)`` of the product's rounding error:
-    5.6e-4 for scores near 1e9 in float32, which made a recomputed weight 1/5.6e-4 = 1,787 instead of 1 (fuzz
-    class c). The forward's own ratio ``e / Σe`` is unaffected."""
-    counted = jnp.where(ef.attains_max(s, m_rows), jnp.ones((), e.dtype), e)
+    The saved one counts each edge as the rules recompute its weight (`edge_fn.softmax_weight`: an edge that
+    snaps to its row's max counts exactly 1), not as the forward's ``e = exp(s − m)``. XLA fuses the score's last
+    product into ``s − m`` (a fused multiply-add), so the max edge's ``e`` is ``exp(δ)`` of the product's rounding
+    error: 5.6e-4 for scores near 1e9 in float32, which made a recomputed weight 1/5.6e-4 = 1,787 instead of 1
+    (fuzz class c). The forward's own ratio ``e / Σe`` is unaffected."""
+    counted = jnp.where(ef.snaps_to_max(s, m_rows), jnp.ones((), e.dtype), e)
     both = _segment_sum(jnp.stack([e, counted], axis=-1), rows, n)
     return both[..., 0], both[..., 1]
 

@@ -290,8 +290,8 @@ def _online_softmax(walk: _Walk, msgs, n: int) -> list:
         p = jnp.exp(s - shift_rows)
         block_l, block_saved = eo.normalisers(s, shift_rows, p, rows, n)
         l = l * corr + block_l
-        # an earlier max that still attains the new one counts 1 there too, as the rules recompute its weight
-        saved = saved * jnp.where(edge_fn.attains_max(m, shift), jnp.ones((), stat), corr) + block_saved
+        # an earlier max that snaps to the new one counts 1 there too, as the rules recompute its weight
+        saved = saved * jnp.where(edge_fn.snaps_to_max(m, shift), jnp.ones((), stat), corr) + block_saved
         msg = eo._trail(p, v.ndim).astype(acc_dtype) * v.astype(acc_dtype)
         acc = acc * eo._trail(corr, acc.ndim).astype(acc_dtype) + jax.ops.segment_sum(msg, rows, n)
         return m_new, l, saved, acc, count + counts(rows, n)
