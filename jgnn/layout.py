@@ -69,10 +69,21 @@ def append_self_loops(senders, receivers, n_node, n_edge, num_nodes: int, xp=jnp
 
 def with_self_loops(graph: jraph.GraphsTuple) -> jraph.GraphsTuple:
     """``graph``'s edge structure with `append_self_loops` applied (``n_edge`` grows by ``n_node``); ``edges`` is
-    dropped (``jgnn.nn.add_self_loops`` is the layer-side version that extends edge features)."""
+    dropped (`append_loops` extends them)."""
+    return append_loops(graph._replace(edges=None), None)
+
+
+def append_loops(graph: jraph.GraphsTuple, loop_edges) -> jraph.GraphsTuple:
+    """``graph`` with `append_self_loops` applied and its ``edges`` extended by ``loop_edges`` (the same pytree
+    structure, ``[N, ...]`` leaves: the loops' features; None when ``graph.edges`` is None)."""
     n = graph_lib.num_nodes(graph)
     senders, receivers, _ = append_self_loops(graph.senders, graph.receivers, graph.n_node, graph.n_edge, n)
-    return graph._replace(senders=senders, receivers=receivers, edges=None,
+    if (graph.edges is None) != (loop_edges is None):
+        raise ValueError("append_loops: give loop_edges exactly when the graph has edge features "
+                         f"(edges: {type(graph.edges).__name__}, loop_edges: {type(loop_edges).__name__})")
+    edges = None if graph.edges is None else jax.tree_util.tree_map(
+        lambda e, l: jnp.concatenate([e, jnp.asarray(l).astype(e.dtype)]), graph.edges, loop_edges)
+    return graph._replace(senders=senders, receivers=receivers, edges=edges,
                           n_edge=graph.n_edge + jnp.asarray(graph.n_node, jnp.result_type(graph.n_edge)))
 
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import jraph
 
 from jgnn import graph as graph_lib
+from jgnn import layout as layout_lib
 from jgnn import mailbox
 from jgnn.compiler import Compiled
 from jgnn.ops.gather import gather
@@ -83,8 +84,15 @@ class MessagePassing:
             if fn is not None and not callable(fn):
                 raise TypeError(f"message_passing: {name} must be callable, got {type(fn).__name__}")
 
-    def reference(self, graph: jraph.GraphsTuple) -> jraph.GraphsTuple:
-        """The uncompiled whole-graph program: the oracle for every rewrite and kernel."""
+    def reference(self, graph: jraph.GraphsTuple, loop_edges=None, *, self_loops: bool = False) -> jraph.GraphsTuple:
+        """The uncompiled whole-graph program: the oracle for every rewrite and kernel. With ``self_loops``, one
+        edge ``i -> i`` per node is appended first (`jgnn.layout.append_loops`, with ``loop_edges`` as their
+        features); the result keeps ``graph``'s own edges."""
+        original = graph
+        if self_loops:
+            graph = layout_lib.append_loops(graph, loop_edges)
+        elif loop_edges is not None:
+            raise ValueError("message_passing: loop_edges given without self_loops=True")
         n, e = graph_lib.num_nodes(graph), graph_lib.num_edges(graph)
         take = lambda idx, index: jax.tree_util.tree_map(lambda x: gather(x, idx, index=index), graph.nodes)
         phi_args = [take(graph.senders, Index.SRC), take(graph.receivers, Index.DST), graph.edges]
@@ -104,7 +112,7 @@ class MessagePassing:
         types = graph_lib.node_types(graph)
         if types is not None and isinstance(new_nodes, Mapping) and graph_lib.TYPE_KEY not in new_nodes:
             new_nodes = {**new_nodes, graph_lib.TYPE_KEY: types}
-        return graph._replace(nodes=new_nodes)
+        return original._replace(nodes=new_nodes)
 
     @property
     def compiled(self) -> Compiled:
@@ -115,13 +123,21 @@ class MessagePassing:
             object.__setattr__(self, "_compiled", cache)
         return cache
 
-    def __call__(self, graph: jraph.GraphsTuple, *, layout=None) -> jraph.GraphsTuple:
+    def __call__(self, graph: jraph.GraphsTuple, *, layout=None, self_loops: bool = False,
+                 loop_edges=None) -> jraph.GraphsTuple:
         """Run the layer: ``graph`` (nodes ``[N, ...]``, senders/receivers int32 ``[E]``) -> the graph with new
-        ``nodes`` (see `jgnn.message_passing`). ``layout``: a `jgnn.GraphLayout` of ``graph`` or ``None``."""
+        ``nodes`` (see `jgnn.message_passing`). ``layout``: a `jgnn.GraphLayout` of ``graph`` (built with
+        ``self_loops=True`` when ``self_loops``) or ``None``.
+
+        ``self_loops``: propagate over ``graph``'s edges plus one ``i -> i`` per node (PyG's ``add_self_loops``),
+        appended inside the compiled program, so the compiler sees that every node sends and receives an edge
+        (no unread-row mask, and a ``self_loops`` layout matches); ``loop_edges``: the loops' edge features, a
+        pytree like ``graph.edges`` with ``[N, ...]`` leaves (required exactly when ``graph.edges`` is not None).
+        """
         graph_lib.validate(graph)
         if self.compiled.backend == "reference":
-            return self.reference(graph)
-        return self.compiled(graph, layout=layout)
+            return self.reference(graph, loop_edges, self_loops=self_loops)
+        return self.compiled(graph, loop_edges, self_loops=self_loops, layout=layout)
 
 
 def message_passing(phi: Callable, rho: Callable | None = None, psi: Callable | None = None, *,
@@ -153,9 +169,11 @@ def message_passing(phi: Callable, rho: Callable | None = None, psi: Callable | 
         ``jax.checkpoint`` policy (see `jgnn.compile`).
 
     Returns:
-      A `MessagePassing` layer, called as ``layer(graph, *, layout=None) -> graph``. ``graph`` is a
-      `jraph.GraphsTuple` with int32 ``senders``/``receivers`` ``[E]`` and ``n_node``/``n_edge`` ``[G]``
-      (checked by `jgnn.validate`); ``layout`` is an optional `jgnn.GraphLayout` of that graph. The result is
+      A `MessagePassing` layer, called as ``layer(graph, *, layout=None, self_loops=False, loop_edges=None)
+      -> graph``. ``graph`` is a `jraph.GraphsTuple` with int32 ``senders``/``receivers`` ``[E]`` and
+      ``n_node``/``n_edge`` ``[G]`` (checked by `jgnn.validate`); ``layout`` is an optional `jgnn.GraphLayout`
+      of that graph; ``self_loops`` adds one edge ``i -> i`` per node first (``loop_edges``: their features,
+      see `MessagePassing.__call__`). The result is
       the graph with ``nodes`` replaced by psi's rows stacked to ``[N, ...]`` leaves, every other field
       unchanged; on a typed graph, ``nodes["type"]`` is carried over when psi returns a dict without it. The
       layer works under ``jit``, ``grad``, ``jvp`` and ``vmap``. ``layer.reference(graph)`` runs the uncompiled

@@ -172,10 +172,10 @@ def test_lifted_chains_say_whether_unread_rows_are_masked(program, masked):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_layers_inner_call_with_a_looped_layout_reads_every_row_and_the_layouts_csr(backend):
-    """How `jgnn.nn` layers call their inner layer: the loops appended outside it, passed as graph arguments with a
-    ``self_loops`` layout. The layout names those edges, so the fused op walks its CSR (on the kernels) and no
-    lifted op masks a row (every node has a loop). Values and gradients equal the reference's; the same layer on
-    the graph without loops and a plain layout still masks (nodes 7 to 9 send nothing)."""
+    """How a bipartite `jgnn.nn` layer calls its inner layer: the loops appended outside it, passed as graph
+    arguments with a ``self_loops`` layout. The layout names those edges, so the fused op walks its CSR (on the
+    kernels) and no lifted op masks a row (every node has a loop). Values and gradients equal the reference's;
+    the same layer on the graph without loops and a plain layout still masks (nodes 7 to 9 send nothing)."""
     from jgnn.layout import GraphLayout, with_self_loops
 
     rng = np.random.default_rng(16)
@@ -198,6 +198,52 @@ def test_a_layers_inner_call_with_a_looped_layout_reads_every_row_and_the_layout
     check_against_reference(wrap(lambda h, p: jgnn.message_passing(
         lambda s, d, e: _gat_phi(s, d, p), _gat_rho, backend=backend)(h, layout=lay).nodes),
         wrap(ref), looped.nodes, params)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_self_loops_appended_inside_the_layer_read_every_row(backend):
+    """``layer(graph, self_loops=True)`` (how GCNConv and GATConv call their inner layer) appends the loops inside
+    the compiled program: the compiler sees that every node sends one, so no lifted op masks a row, with or
+    without a ``self_loops`` layout (which then names the edges: its CSR is walked). Rows 8 and 9 send only their
+    loop and hold NaN and inf: the gradients and tangents have the reference's NaN and inf, to the position."""
+    from jgnn.layout import GraphLayout
+
+    rng = np.random.default_rng(18)
+    g = _graph(rng)
+    g = g._replace(nodes=_poison(g.nodes, [8, 9]))
+    params = _weights(rng)
+
+    def layer(backend, p):
+        return jgnn.message_passing(lambda s, d, e: _gat_phi(s, d, p), _gat_rho, backend=backend)
+
+    lay = GraphLayout.from_graph(g, self_loops=True)
+    for layout, csr in [(None, Reason.CSR_SORTED_IN_PROGRAM), (lay, Reason.CSR_FROM_LAYOUT)]:
+        report = jgnn.explain(layer(backend, params), g, None, self_loops=True, layout=layout)
+        lifted = [d for d in report.decisions if d.by == Pass.BROADCAST_REORDER and d.code == Reason.LIFTED]
+        assert lifted and not any(d.get("masked_unread") for d in lifted), (layout, lifted)
+        if backend == "pallas_interpret":
+            assert [k.get("csr") for k in report.kernels] == [csr]
+    wrap = _as_args(g, params)
+    check_against_reference(wrap(lambda h, p: layer(backend, p)(h, self_loops=True, layout=lay).nodes),
+                            wrap(lambda h, p: layer("reference", p)(h, self_loops=True).nodes), g.nodes, params)
+
+
+@pytest.mark.parametrize("make", [lambda: jgnn.nn.GCNConv(4), lambda: jgnn.nn.GATConv(4, num_heads=2)],
+                         ids=["gcn", "gat"])
+def test_layers_that_add_self_loops_keep_no_copy_of_wide_features(make):
+    """GCNConv and GATConv append their loops inside their inner layer, so without a layout no lifted ``x @ W``
+    masks unread rows: a training step's temporaries hold no ``[N, F]`` copy of the (wide) input features."""
+    rng = np.random.default_rng(19)
+    n, f, e = 2000, 512, 6000  # nodes 1,800 to 1,999 send nothing but their loop
+    graph = jraph.GraphsTuple(nodes=jnp.asarray(rng.normal(size=(n, f)), jnp.float32), edges=None,
+                              senders=jnp.asarray(rng.integers(0, 1800, e), jnp.int32),
+                              receivers=jnp.asarray(rng.integers(0, n, e), jnp.int32), n_node=jnp.array([n]),
+                              n_edge=jnp.array([e]), globals=None)
+    module = make()
+    params = module.init(jax.random.key(0), graph)
+    step = jax.jit(jax.grad(lambda p, g: jnp.sum(jnp.sin(module.apply(p, g).nodes))))
+    temp = step.lower(params, graph).compile().memory_analysis().temp_size_in_bytes  # the graph: an argument
+    assert temp < n * f * 4, temp
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

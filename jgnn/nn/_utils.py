@@ -222,24 +222,15 @@ def loop_graph(graph: jraph.GraphsTuple, sets: NodeSets, per_edge, per_loop) -> 
     `jgnn.layout.append_self_loops` (so ``GraphLayout.from_graph(graph, self_loops=True)`` matches). With two
     (bipartite) sets, the loops join source ``i`` to destination ``i`` for ``i < min(N_src, N_dst)``, as PyG.
     """
-    if sets.bipartite:
-        k = min(sets.num_src, sets.num_dst)
-        loop = jnp.arange(k, dtype=jnp.int32)
-        senders = jnp.concatenate([graph.senders, loop])
-        receivers = jnp.concatenate([graph.receivers, loop + sets.num_src])
-        order, n_loops = None, jnp.asarray([k], graph.n_edge.dtype)
-    else:
-        n = graph_lib.num_nodes(graph)
-        senders, receivers, order = layout_lib.append_self_loops(graph.senders, graph.receivers, graph.n_node,
-                                                                 graph.n_edge, n)
-        n_loops = graph.n_node.astype(graph.n_edge.dtype)
-
-    def extend(e, l):
-        both = jnp.concatenate([e, l.astype(e.dtype)])
-        return both if order is None else both[order]
-
-    edges = jax.tree_util.tree_map(extend, per_edge, per_loop)
-    return graph._replace(senders=senders, receivers=receivers, edges=edges, n_edge=graph.n_edge + n_loops)
+    if not sets.bipartite:
+        return layout_lib.append_loops(graph._replace(edges=per_edge), per_loop)
+    k = min(sets.num_src, sets.num_dst)
+    loop = jnp.arange(k, dtype=jnp.int32)
+    senders = jnp.concatenate([graph.senders, loop])
+    receivers = jnp.concatenate([graph.receivers, loop + sets.num_src])
+    edges = jax.tree_util.tree_map(lambda e, l: jnp.concatenate([e, l.astype(e.dtype)]), per_edge, per_loop)
+    return graph._replace(senders=senders, receivers=receivers, edges=edges,
+                          n_edge=graph.n_edge + jnp.asarray([k], graph.n_edge.dtype))
 
 
 def add_self_loops(graph: jraph.GraphsTuple, *, edge_type: int | None = None) -> jraph.GraphsTuple:

@@ -58,7 +58,7 @@ class APPNP(nn.Module):
         layer = message_passing(phi, lambda mb, node: mailbox.sum(mb),
                                 lambda node, agg: (1.0 - alpha) * agg + alpha * node["h0"],
                                 backend=self.backend, remat=self.remat)
-        g, h = norm.graph, x
+        g, h = norm.looped(), x  # edge dropout draws a mask over the loops too
         for _ in range(self.K):
             edges = g.edges
             if drop:

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import jraph
 
 from jgnn import graph as graph_lib
+from jgnn import layout as layout_lib
 from jgnn import mailbox
 from jgnn.message_passing import message_passing
 from jgnn.nn import _utils
@@ -120,6 +121,7 @@ class _HeadAttention(nn.Module):
         x_dst = x_src if not sets.bipartite else drop_in(x_dst, deterministic=deterministic)
         rows = sets.rows({"h": x_src}, {"h": x_dst})
         g = sets.graph(graph, rows)
+        loop_edges = None
         if self.add_self_loops:
             e, n_loops = graph_lib.num_edges(graph), min(sets.num_src, sets.num_dst)
             per_edge, per_loop = {"keep": ~_utils.existing_loops(graph)}, {"keep": jnp.ones((n_loops,), bool)}
@@ -127,15 +129,22 @@ class _HeadAttention(nn.Module):
                 per_edge |= {"attr": attr, "new": jnp.zeros((e,), bool)}
                 per_loop |= {"attr": jnp.zeros((n_loops, attr.shape[-1]), attr.dtype),
                              "new": jnp.ones((n_loops,), bool)}
-            g = _utils.loop_graph(g._replace(edges=None), sets, per_edge, per_loop)
+            looped = _utils.loop_graph(g._replace(edges=None), sets, per_edge, per_loop)
             if attr is not None:
-                fill = loop_fill(g, attr.shape[-1], self.fill_value, backend=self.backend, remat=self.remat,
+                fill = loop_fill(looped, attr.shape[-1], self.fill_value, backend=self.backend, remat=self.remat,
                                  layout=layout)
                 g = g._replace(nodes=sets.with_dst(g.nodes, fill=fill))
+            if sets.bipartite:  # the loops join source i to destination i: appended here
+                g = looped._replace(nodes=g.nodes)
+            else:  # appended inside the compiled layer, which then sees that every node sends and receives one
+                g, loop_edges = g._replace(edges=per_edge), per_loop
         elif attr is not None:
             g = g._replace(edges={"attr": attr})
         drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
-        g = g._replace(edges=_utils.with_dropout_ids(g.edges or {}, drop, graph_lib.num_edges(g)) or None)
+        e = graph_lib.num_edges(g)
+        g = g._replace(edges=_utils.with_dropout_ids(g.edges or {}, drop, e) or None)
+        if loop_edges is not None and drop is not None:  # the loops' ids follow the edges', as appended
+            loop_edges = {**loop_edges, **{k: v + e for k, v in drop.edge_features(n_loops).items()}}
         concat = self.concat
 
         def phi(src, dst, edge):
@@ -159,9 +168,11 @@ class _HeadAttention(nn.Module):
             return out if bias is None else out + bias
 
         layer = message_passing(phi, _attention_rho, psi, backend=self.backend, remat=self.remat)
-        out = _utils.output_graph(graph, sets, sets.output(layer(g, layout=layout).nodes))
+        looped = loop_edges is not None
+        out = _utils.output_graph(graph, sets, sets.output(
+            layer(g, layout=layout, self_loops=looped, loop_edges=loop_edges).nodes))
         if return_attention_weights:
-            return out, attention_weights(g, phi, sets)
+            return out, attention_weights(layout_lib.append_loops(g, loop_edges) if looped else g, phi, sets)
         return out
 
 

@@ -19,13 +19,21 @@ from jgnn.nn import _utils
 class Normalized(NamedTuple):
     """A graph ready for normalised propagation: ``h_i' = sum_j coefficient(src_j, dst_i, edge) * h_j``.
 
-    ``graph`` is the graph to propagate on (self-loops appended where asked) with ``edges`` holding what
-    ``coefficient`` reads; ``nodes`` holds the per-node arrays it reads (merge them into the node rows).
+    ``graph`` is the graph to propagate on, before its self-loops, with ``edges`` holding what ``coefficient``
+    reads; with ``self_loops`` one loop per node follows, with ``loop_edges`` as its edge features (pass both to
+    the `jgnn.message_passing` layer, which appends them inside the compiled program; `looped` appends them
+    here). ``nodes`` holds the per-node arrays ``coefficient`` reads (merge them into the node rows).
     """
 
     graph: jraph.GraphsTuple
     nodes: dict
     coefficient: Callable | None  # None: every coefficient is 1
+    self_loops: bool = False
+    loop_edges: Any = None
+
+    def looped(self) -> jraph.GraphsTuple:
+        """The graph with its self-loops appended."""
+        return layout_lib.append_loops(self.graph, self.loop_edges) if self.self_loops else self.graph
 
 
 def _inv_sqrt(deg):
@@ -78,9 +86,9 @@ def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = Tr
         phi = (lambda src, dst, edge: edge["w"]) if weight is not None else \
             (lambda src, dst, edge: jnp.ones((), jnp.float32))
         deg = _utils.aggregate(_utils.degree_probe(target, edges), phi, backend=backend, remat=remat, layout=layout)
-        if weight is None:
-            return Normalized(target._replace(edges=None), {"dinv": _inv_sqrt(deg)},
-                              lambda src, dst, edge: src["dinv"] * dst["dinv"])
+        if weight is None:  # (loops are only added without weights here: `nothing_to_replace`)
+            return Normalized(graph._replace(edges=None), {"dinv": _inv_sqrt(deg)},
+                              lambda src, dst, edge: src["dinv"] * dst["dinv"], self_loops=add_self_loops)
         return Normalized(target._replace(edges=edges), {"dinv": _inv_sqrt(deg)},
                           lambda src, dst, edge: src["dinv"] * edge["w"] * dst["dinv"])
     n = graph_lib.num_nodes(graph)
@@ -99,9 +107,11 @@ def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = Tr
     kept = jnp.ones_like(deg) if loop_weight is None else loop_weight
     loop_weight = jnp.where(has_loop > 0, kept, fill_value)
     nodes = {"dinv": _inv_sqrt(deg + loop_weight), "loop_w": loop_weight}
-    looped = looped._replace(edges={"w": looped.edges["w"], "new": looped.edges["new"]})
-    return Normalized(looped, nodes, lambda src, dst, edge: src["dinv"] * dst["dinv"] * jnp.where(
-        edge["new"], dst["loop_w"], edge["w"]))
+    keys = ("w", "new")
+    return Normalized(graph._replace(edges={k: per_edge[k] for k in keys}), nodes,
+                      lambda src, dst, edge: src["dinv"] * dst["dinv"] * jnp.where(edge["new"], dst["loop_w"],
+                                                                                   edge["w"]),
+                      self_loops=True, loop_edges={k: per_loop[k] for k in keys})
 
 
 def plain_weights(graph: jraph.GraphsTuple, weight) -> Normalized:
@@ -166,5 +176,6 @@ class GCNConv(nn.Module):
             return agg if bias is None else agg + bias
 
         layer = message_passing(phi, lambda mb, node: mailbox.sum(mb), psi, backend=self.backend, remat=self.remat)
-        out = layer(norm.graph._replace(nodes={"h": x, **norm.nodes}), layout=layout).nodes
+        out = layer(norm.graph._replace(nodes={"h": x, **norm.nodes}), layout=layout, self_loops=norm.self_loops,
+                    loop_edges=norm.loop_edges).nodes
         return _utils.output_graph(graph, sets, out)
