@@ -103,3 +103,27 @@ def test_unknown_costs_are_none_not_negative():
             return {"flops": 10.0, "bytes accessed": -2.0}
 
     assert measure.xla_cost(Compiled()) == {"flops": 10.0, "bytes_accessed": None}
+
+
+@pytest.mark.pyg
+def test_flexible_runs_every_system_with_memory(tmp_path, data_dir):
+    """`benchmarks.flexible` on its two Cora models, ``--repeat 1``: every system (torch/PyG included) has a time
+    and a memory, and the hand-written and torch outputs agreed with jgnn's (the run raises before timing
+    otherwise)."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "flexible"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flexible", "--models", "jknet", "pinsage", "--repeat", "1",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "JGNN_DATA_DIR": str(data_dir)},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [r["model"].split()[0] for r in rows] == ["jknet", "pinsage"]
+    for r in rows:
+        for system in ("jgnn", "reference", "hand", "torch"):
+            assert r[system] > 0 and r[f"{system}_bytes"] > 0, (r["model"], system)
+        assert 0 <= r["torch_max_abs_diff"] < 1e-3 and 0 <= r["hand_max_abs_diff"] < 1e-3, r
+    md = out.with_suffix(".md").read_text()
+    assert "torch/PyG ms" in md and "jgnn / PyG" in md and "Command:" in md
