@@ -2,7 +2,7 @@
 
 A `GraphSpec` names a shape from the bounded `SHAPES` menu (so jit caches hit when shapes repeat), a set of
 structural flags (hubs, isolated nodes, self-loops, duplicates, jraph padding, negative ids, ...) and a seed.
-A `ValueSpec` names a magnitude and a list of special-value patterns (NaN, ±inf, −1e9 masks, ties), each
+A `ValueSpec` names a magnitude and a list of special-value patterns (NaN, ±inf, −1e9 masks, ties, near-ties), each
 applied to one float input leaf. `build_inputs` turns both, with a program's `Signature`, into the concrete
 input pytree; the result is plain numpy, so the reproducer can print it.
 """
@@ -189,12 +189,20 @@ PATTERNS = {
     "posinf": lambda x, r, rng: np.where(_few(x.shape, rng), np.inf, x),
     "neginf": lambda x, r, rng: np.where(_few(x.shape, rng), -np.inf, x),
     "ties": lambda x, r, rng: np.round(x),
+    "near_ties": lambda x, r, rng: _near_ties(x, rng),
     "zeros": lambda x, r, rng: np.zeros_like(x),
     "mask_rows_1e9": lambda x, r, rng: _masked(x, r, rng, -1e9),
     "mask_rows_inf": lambda x, r, rng: _masked(x, r, rng, -np.inf),
     "neginf_prefix": lambda x, r, rng: _prefix(x, -np.inf),
 }
 EDGE_PATTERNS = frozenset({"mask_rows_1e9", "mask_rows_inf", "neginf_prefix"})
+
+
+def _near_ties(x, rng):
+    """Values 4 ± a few ulps of one of bfloat16, float16 or float32 (exactly representable there): distinct scores
+    inside the window within which a recomputed attention score counts as its row's max."""
+    mantissa = rng.choice([7, 10, 23])
+    return 4.0 + 4.0 * np.clip(np.round(2 * x.real), -4, 4) * 2.0 ** -mantissa
 
 
 def _masked(x, receivers, rng, value):
