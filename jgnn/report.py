@@ -32,6 +32,9 @@ class Pass(enum.StrEnum):
 
 
 class Reason(enum.StrEnum):
+    """Why a decision, fallback or kernel choice was made: the structured code a `Report` records (assert on these,
+    not on the rendered text). Grouped below by the pass that emits them; `Report.codes` lists a report's."""
+
     # canonicalize
     RAISED_GATHER = "raised_gather"
     RAISED_SEGMENT = "raised_segment"
@@ -295,6 +298,21 @@ class CacheStats:
 
 @dataclasses.dataclass
 class Report:
+    """What jgnn did to one function on one argument signature (`jgnn.explain`), all as data.
+
+    Attributes:
+      backend: the backend the plan was built for.
+      sizes: static node/edge counts of the graph arguments.
+      equations: one `EquationRecord` per analysed op (primitive, movement, residency of its output, shape).
+      decisions: every `Decision` (``by`` a `Pass`, ``code`` a `Reason`, ``applied``, ``params``), rewrites and
+        lowering choices alike; ``rewrites`` / ``applied_rewrites`` filter them.
+      fallbacks: regions left as traced, one `FallbackRecord` (code, primitive, params) per distinct cause.
+      kernels: one `KernelRecord` per fused op (op, backend, lowering, code, params; ``nested`` for a compiled
+        layer inside the function).
+      remat: what a training step recomputes (`jgnn.remat`).
+      cache: the plan cache's hit/miss counts for this function.
+    """
+
     backend: str
     sizes: dict[str, int]
     equations: list[EquationRecord] = dataclasses.field(default_factory=list)

@@ -40,6 +40,18 @@ class Partials:
 
 
 def build_partials(graph: jraph.GraphsTuple, partition: Partition, pg: PartitionedGraph) -> Partials:
+    """The host arrays of strategy (b) for ``graph`` split by ``partition`` into ``pg`` (`build_parts`).
+
+    Args:
+      graph: the whole graph (concrete ``senders``/``receivers`` ``[E]``).
+      partition: its `Partition` (``assignment`` ``[N]``: each node's part).
+      pg: the `PartitionedGraph` built from them.
+
+    Returns:
+      `Partials`: per (sender part, destination part), the cut edges grouped into one slot per destination
+      (``slots`` is the largest count over the pairs; shorter lists are padded), and per part the local edges
+      that cross the cut. Pass it to `partial_arrays`, then `aggregate` reads one part's rows.
+    """
     senders, receivers = np.asarray(graph.senders, np.int64), np.asarray(graph.receivers, np.int64)
     a = np.asarray(partition.assignment, np.int64)
     p_count, owned = pg.num_parts, pg.owned

@@ -89,6 +89,8 @@ def _metis(senders: np.ndarray, receivers: np.ndarray, n: int, parts: int) -> np
 
 
 def metis_available() -> bool:
+    """Whether METIS can partition here: the ``pymetis`` binding (the ``distributed`` extra) is importable.
+    Without it ``partition(..., method="auto")`` uses linear deterministic greedy streaming (``"ldg"``)."""
     return importlib.util.find_spec("pymetis") is not None
 
 
