@@ -153,6 +153,33 @@ def test_scores_a_few_ulps_below_the_max_keep_their_own_weight(backend, dtype, t
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_bfloat16_weights_of_equal_messages_give_zero_score_cotangents(backend):
+    """Fuzz class g (campaign 20261127, 4,000 cases): two edges with one message and bfloat16 scores. The score
+    cotangents ``α (g·V − R)`` are exactly 0, as the reference's are; the forward rounded ``exp(s − m)`` to
+    bfloat16 in the normaliser it saved, so the backward's float32 weights summed to 1 ± 4e-3 and the cotangents
+    were ``±α |V| 4e-3``."""
+    scores = np.asarray([0.55078125, -0.41796875, 0.3])
+    k = scores.shape[0]
+    nodes = {"s": jnp.asarray(scores[:, None], jnp.bfloat16), "v": jnp.full((k, 1), 100.0, jnp.bfloat16)}
+    graph = jraph.GraphsTuple(nodes=nodes, edges=None, senders=jnp.arange(k, dtype=jnp.int32),
+                              receivers=jnp.zeros(k, jnp.int32), n_node=jnp.array([k]), n_edge=jnp.array([k]),
+                              globals=None)
+
+    def phi(s, d, e):
+        return {"s": s["s"], "v": s["v"]}
+
+    def rho(mb, node):
+        return jgnn.sum(jgnn.softmax(mb["s"]) * mb["v"])
+
+    compiled, reference = _pair(phi, rho, backend=backend)
+    grad = lambda layer: jax.jit(jax.grad(lambda s: jnp.sum(layer(graph._replace(
+        nodes={**graph.nodes, "s": s})).nodes[0, 0].astype(jnp.float32))))(graph.nodes["s"])
+    zeros = np.zeros((k, 1))
+    assert_close(grad(reference), zeros, dtype=jnp.bfloat16)
+    assert_close(grad(compiled), zeros, dtype=jnp.bfloat16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_tangent_overflows_where_the_reference_does(backend):
     """(g) The attention tangent is the reference's term by term, ``(α·(ds − c) − α·T)·V + α·dV``: the shorter
     ``α·(ds·(V − out) + dV)`` overflows to ±inf (and NaN after the sum) where the reference's is finite."""

@@ -230,9 +230,13 @@ def normalisers(s, m_rows, e, rows, n: int):
     product into ``s − m`` (a fused multiply-add), so the max edge's ``e`` is ``exp(δ)`` of the product's rounding
     error: 5.6e-4 for scores near 1e9 in float32, which made a recomputed weight 1/5.6e-4 = 1,787 instead of 1
     (fuzz class c). The forward's own ratio ``e / Σe`` is unaffected."""
-    counted = jnp.where(ef.snaps_to_max(s, m_rows), jnp.ones((), e.dtype), e)
-    both = _segment_sum(jnp.stack([e, counted], axis=-1), rows, n)
-    return both[..., 0], both[..., 1]
+    stat = accumulation_dtype(s.dtype)
+    # in the statistics' dtype, as the rules recompute it: a bfloat16 ``e`` made the saved weights of a row sum to
+    # 1 ± 4e-3, so tied messages' score cotangents ``α (p − R)`` were 1e-3 instead of 0 (fuzz, class g)
+    exact = jnp.exp(s.astype(stat) - m_rows.astype(stat))
+    counted = jnp.where(ef.snaps_to_max(s, m_rows), jnp.ones((), stat), exact)
+    both = _segment_sum(jnp.stack([e.astype(stat), counted], axis=-1), rows, n)
+    return both[..., 0].astype(e.dtype), both[..., 1]
 
 
 def reference(*args, spec: EdgeSpec) -> list:
