@@ -425,3 +425,22 @@ def test_rgcn_matches_per_relation_mean_with_free_root():
             if sel.any():
                 expected[i] += (x[s[sel]] @ weight[rel]).mean(0)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_every_layer_rejects_a_bad_backend_or_remat_when_built():
+    """A `jgnn.nn` module with a ``backend`` option validates it (and ``remat``) at construction, as
+    `jgnn.message_passing` does, not at ``init``."""
+    import dataclasses
+    import inspect
+
+    from jgnn.nn import _utils
+
+    modules = [obj for _, obj in inspect.getmembers(jnn, inspect.isclass)
+               if issubclass(obj, nn.Module) and "backend" in {f.name for f in dataclasses.fields(obj)}]
+    assert len(modules) >= 20
+    assert [m.__name__ for m in modules if not issubclass(m, _utils.CheckedOptions)] == []
+    for bad in ({"backend": "cuda"}, {"remat": "sometimes"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            jnn.GCNConv(3, **bad)
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            jnn.GATConv(3, num_heads=2, **bad)

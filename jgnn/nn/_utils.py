@@ -20,6 +20,8 @@ import pallas_kernels as pk
 from jgnn import graph as graph_lib
 from jgnn import layout as layout_lib
 from jgnn import mailbox
+from jgnn import remat as remat_lib
+from jgnn.compiler import resolve_backend
 from jgnn.message_passing import message_passing
 
 FEATURE_KEY = "h"
@@ -27,6 +29,16 @@ WEIGHT_KEY = "weight"
 
 REDUCERS: dict[str, Callable] = {"sum": mailbox.sum, "add": mailbox.sum, "mean": mailbox.mean,
                                  "max": mailbox.max, "min": mailbox.min}
+
+
+class CheckedOptions:
+    """Mixin of the `jgnn.nn` modules (listed before ``nn.Module``): a bad ``backend`` or ``remat`` raises when the
+    module is built, as `jgnn.message_passing` does, not at its first call."""
+
+    def __post_init__(self):
+        resolve_backend(self.backend)
+        remat_lib.resolve(getattr(self, "remat", "auto"))
+        super().__post_init__()
 
 
 def check_choice(name: str, value, choices) -> None:

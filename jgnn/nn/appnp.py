@@ -15,7 +15,7 @@ from jgnn.nn import _utils
 from jgnn.nn.gcn import gcn_norm, plain_weights
 
 
-class APPNP(nn.Module):
+class APPNP(_utils.CheckedOptions, nn.Module):
     r"""APPNP propagation, as PyG's ``APPNP`` (no parameters):
 
     .. math::  h^{(0)} = x, \quad h^{(k)} = (1 - \alpha)\, \hat A h^{(k-1)} + \alpha\, x, \quad h' = h^{(K)}

@@ -57,7 +57,7 @@ def scaled_laplacian(graph: jraph.GraphsTuple, weight, normalization, lambda_max
     return {**nodes, "s": scale, "diag": diag * scale - 1.0}, edges
 
 
-class ChebConv(nn.Module):
+class ChebConv(_utils.CheckedOptions, nn.Module):
     r"""Chebyshev spectral graph convolution, as PyG's ``ChebConv``:
 
     .. math::

@@ -73,7 +73,7 @@ def loop_fill(looped: jraph.GraphsTuple, attr_width: int, fill_value, *, backend
     return jnp.where(run(lambda src, dst, edge: count(edge))[:, None] > 0, extreme, 0.0)
 
 
-class _HeadAttention(nn.Module):
+class _HeadAttention(_utils.CheckedOptions, nn.Module):
     """What GAT and GATv2 share: options, self-loops, edge features, dropout, per-head softmax, head
     concat/mean, residual and bias.
 

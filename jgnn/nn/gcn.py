@@ -121,7 +121,7 @@ def plain_weights(graph: jraph.GraphsTuple, weight) -> Normalized:
     return Normalized(graph._replace(edges={"w": weight}), {}, lambda src, dst, edge: edge["w"])
 
 
-class GCNConv(nn.Module):
+class GCNConv(_utils.CheckedOptions, nn.Module):
     r"""Graph convolution with symmetric normalisation, as PyG's ``GCNConv``.
 
     .. math::  h_i' = \sum_{j \in \mathcal{N}(i) \cup \{i\}} \frac{e_{ji}}{\sqrt{\hat d_j \hat d_i}}\, W x_j + b,

@@ -37,7 +37,7 @@ def _gin(module, graph, layout, name: str, message, edge_params=None) -> jraph.G
     return _utils.output_graph(graph, sets, module.mlp(combined))
 
 
-class GINConv(nn.Module):
+class GINConv(_utils.CheckedOptions, nn.Module):
     r"""GIN layer, as PyG's ``GINConv``:
 
     .. math::  h_i' = \mathrm{mlp}\Big((1 + \epsilon)\, x_i + \sum_{j \in \mathcal{N}(i)} x_j\Big)
@@ -68,7 +68,7 @@ def _gine_message(x, attr, params):
     return jax.nn.relu(x + attr)
 
 
-class GINEConv(nn.Module):
+class GINEConv(_utils.CheckedOptions, nn.Module):
     r"""GIN with edge features (Hu et al., 2020), as PyG's ``GINEConv``:
 
     .. math::  h_i' = \mathrm{mlp}\Big((1 + \epsilon)\, x_i + \sum_{j} \mathrm{ReLU}(x_j + \Theta e_{ji})\Big)
@@ -108,7 +108,7 @@ class GINEConv(nn.Module):
         return _gin(self, graph, layout, "GINEConv", lambda x, edge, p: _gine_message(x, edge, p or None), params)
 
 
-class EdgeConv(nn.Module):
+class EdgeConv(_utils.CheckedOptions, nn.Module):
     r"""Dynamic-graph-CNN edge convolution on the given graph, as PyG's ``EdgeConv``:
 
     .. math::  h_i' = \mathrm{aggr}_{j \in \mathcal{N}(i)} \mathrm{mlp}\big([x_i \,\Vert\, x_j - x_i]\big)

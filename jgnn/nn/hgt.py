@@ -18,7 +18,7 @@ from jgnn.nn import _utils
 from jgnn.nn.rgcn import typed_inputs
 
 
-class HGTConv(nn.Module):
+class HGTConv(_utils.CheckedOptions, nn.Module):
     r"""Heterogeneous graph transformer layer (Hu et al., 2020), as PyG's ``HGTConv``.
 
     For an edge :math:`s \to t` of type :math:`\phi` with node types :math:`\tau(s), \tau(t)`, and heads

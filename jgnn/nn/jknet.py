@@ -79,7 +79,7 @@ class JumpingKnowledge(nn.Module):
         return neighborhood.aggregate(stacked, layer_level(n, num_layers, scores), [agg])
 
 
-class JKNet(nn.Module):
+class JKNet(_utils.CheckedOptions, nn.Module):
     """A JK-Net, as PyG's ``BasicGNN(..., jk=mode)``: ``num_layers`` convolutions (``"gcn"`` or ``"sage"``) of
     width ``hidden``, each followed by ReLU and dropout, their outputs combined by `JumpingKnowledge`, then a
     linear map to ``out_features``. Called as ``model(graph, *, deterministic=True) -> [N, out_features]``."""

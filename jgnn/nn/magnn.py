@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgnn import mailbox, neighborhood
+from jgnn.nn import _utils
 
 ENCODERS = ("mean", "rotation")
 
@@ -113,7 +114,7 @@ def _rotate(x, angle):
     return jnp.concatenate([re * c - im * s, re * s + im * c])
 
 
-class MAGNN(nn.Module):
+class MAGNN(_utils.CheckedOptions, nn.Module):
     """MAGNN for node classification (one layer, as the paper's DBLP model): per-type linear projections to
     ``hidden`` (types without features get a learned embedding), the instance encoder (``"mean"`` or
     ``"rotation"``: each node rotated by its position's relation angles, then the mean), intra-metapath attention

@@ -59,7 +59,7 @@ def anchor_neighborhood(similarity: np.ndarray, rng: np.random.Generator, *, cop
     return neighborhood.Neighborhood((neighborhood.dense_level(np.stack(members, 1), features=features),))
 
 
-class PGNNConv(nn.Module):
+class PGNNConv(_utils.CheckedOptions, nn.Module):
     """One P-GNN layer (the authors' ``PGNN_layer`` without the trainable distance MLP). Called as
     ``conv(graph, neighborhood) -> (position [N, K], graph)`` with the structure-aware ``[N, features]`` rows as
     the graph's nodes. Parameters: ``hidden`` (a Dense ``[2F, features]``) and ``position`` (``[features, 1]``)."""
@@ -90,7 +90,7 @@ class PGNNConv(nn.Module):
         return out["position"], _utils.with_features(graph, out["structure"])
 
 
-class PGNN(nn.Module):
+class PGNN(_utils.CheckedOptions, nn.Module):
     """The authors' link-prediction P-GNN: a linear pre-layer to ``hidden``, ``num_layers`` `PGNNConv` (the
     structure-aware output feeds the next layer, dropout between), and the last layer's position-aware
     ``[N, K]`` output, L2-normalised per node, as the embedding. Called as ``model(graph, neighborhood, *,

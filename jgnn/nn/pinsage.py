@@ -76,7 +76,7 @@ def random_walk_neighbors(graph: jraph.GraphsTuple, key: jax.Array, *, num_walks
     return neighborhood.Neighborhood((level,))
 
 
-class PinSageConv(nn.Module):
+class PinSageConv(_utils.CheckedOptions, nn.Module):
     r"""PinSage's convolution (Algorithm 1 of the paper, as DGL's PinSAGE example's ``WeightedSAGEConv``):
 
     .. math::  n_v = \sum_{u \in N(v)} \alpha_{vu}\, \mathrm{ReLU}(Q h_u + q), \qquad
@@ -120,7 +120,7 @@ class PinSageConv(nn.Module):
         return _utils.with_features(graph, _utils.node_features(layer(graph._replace(nodes=x), nbhd)))
 
 
-class PinSage(nn.Module):
+class PinSage(_utils.CheckedOptions, nn.Module):
     """``num_layers`` `PinSageConv` of width ``hidden`` over one random-walk neighbourhood (selected with
     ``key`` per call, as PinSage re-samples), dropout before each, then a linear map to ``out_features``.
     Called as ``model(graph, key, *, deterministic=True) -> [N, out_features]``."""

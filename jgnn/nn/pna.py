@@ -73,7 +73,7 @@ class _TowerMLP(nn.Module):
         return h
 
 
-class PNAConv(nn.Module):
+class PNAConv(_utils.CheckedOptions, nn.Module):
     r"""Principal neighbourhood aggregation, as PyG's ``PNAConv``.
 
     Per tower ``t`` (``towers`` of them): messages :math:`m_{ji} = \mathrm{pre}_t([x_i \Vert x_j \Vert

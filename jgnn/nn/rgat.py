@@ -33,7 +33,7 @@ def _within_relation_softmax(logit, onehot):
     return jnp.sum(jnp.where(hit, per_relation, 0.0), axis=1)
 
 
-class RGATConv(nn.Module):
+class RGATConv(_utils.CheckedOptions, nn.Module):
     r"""Relational graph attention, as PyG's ``RGATConv``.
 
     With :math:`g_j^r = W_r x_j`, :math:`g_i^r = W_r x_i \in \mathbb{R}^{H C}` (``H = num_heads``,

@@ -82,7 +82,7 @@ def block_matmul(x, blocks):
     return jnp.einsum("...bi,bio->...bo", x.reshape(x.shape[:-1] + (b, i)), blocks).reshape(x.shape[:-1] + (-1,))
 
 
-class RGCNConv(nn.Module):
+class RGCNConv(_utils.CheckedOptions, nn.Module):
     r"""Relational GCN layer, as PyG's ``RGCNConv``:
 
     .. math::

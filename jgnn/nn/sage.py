@@ -15,7 +15,7 @@ from jgnn.nn import _utils
 _AGGREGATORS = ("max", "mean", "min", "sum")
 
 
-class SAGEConv(nn.Module):
+class SAGEConv(_utils.CheckedOptions, nn.Module):
     r"""GraphSAGE layer, as PyG's ``SAGEConv``:
 
     .. math::  h_i' = W_l \cdot \mathrm{aggr}_{j \in \mathcal{N}(i)} x_j + b + W_r x_i
@@ -72,7 +72,7 @@ class SAGEConv(nn.Module):
         return _utils.output_graph(graph, sets, sets.output(layer(g, layout=layout).nodes))
 
 
-class GraphConv(nn.Module):
+class GraphConv(_utils.CheckedOptions, nn.Module):
     r"""The graph convolution of Morris et al. (2019), as PyG's ``GraphConv``:
 
     .. math::  h_i' = W_1 x_i + W_2 \cdot \mathrm{aggr}_{j \in \mathcal{N}(i)} e_{ji} x_j + b

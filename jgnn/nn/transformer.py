@@ -16,7 +16,7 @@ from jgnn.nn import _utils
 from jgnn.nn.gat import _attention_rho, _heads_out, attention_weights
 
 
-class TransformerConv(nn.Module):
+class TransformerConv(_utils.CheckedOptions, nn.Module):
     r"""Multi-head scaled dot-product attention over in-edges, as PyG's ``TransformerConv``.
 
     With :math:`q_i = W_q x_i + b_q`, :math:`k_j = W_k x_j + b_k`, :math:`v_j = W_v x_j + b_v` (each
