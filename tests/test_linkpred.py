@@ -41,6 +41,16 @@ def test_degree_negatives_follow_degree_power():
     np.testing.assert_allclose(freq, want, atol=0.01)  # 80,000 seeded draws: the error is ~0.002
 
 
+def test_degree_negatives_run_under_jit():
+    """The same draws under ``jit`` as eagerly (degrees and positives traced; K, power and mode static)."""
+    degrees = jnp.asarray([0, 1, 4, 9, 16], jnp.float32)
+    positives = jnp.asarray(POSITIVES[:, [0, 2]])
+    draw = lambda key, pos, deg: linkpred.degree_negatives(key, pos, deg, 7, power=0.75, corrupt="both")
+    eager = draw(jax.random.key(3), positives, degrees)
+    np.testing.assert_array_equal(jax.jit(draw)(jax.random.key(3), positives, degrees), eager)
+    assert eager.shape == (positives.shape[0], 7, 2)
+
+
 def test_corrupt_mode_error():
     with pytest.raises(ValueError, match="corrupt"):
         linkpred.uniform_negatives(jax.random.key(0), POSITIVES, 6, 2, corrupt="middle")

@@ -444,3 +444,14 @@ def test_every_layer_rejects_a_bad_backend_or_remat_when_built():
             jnn.GCNConv(3, **bad)
         with pytest.raises(ValueError, match=next(iter(bad))):
             jnn.GATConv(3, num_heads=2, **bad)
+
+
+@pytest.mark.parametrize("make", [lambda: jnn.GCNConv(3), lambda: jnn.GATConv(3), lambda: jnn.SAGEConv(3),
+                                  lambda: jnn.GINConv(nn.Dense(3))], ids=["gcn", "gat", "sage", "gin"])
+def test_a_graph_without_node_features_is_named(make):
+    """A link-prediction graph often has ``nodes=None``: the error says so, not a shape or key error."""
+    graph = jraph.GraphsTuple(nodes=None, edges=None, senders=jnp.asarray([0, 1], jnp.int32),
+                              receivers=jnp.asarray([1, 2], jnp.int32), n_node=jnp.asarray([3]),
+                              n_edge=jnp.asarray([2]), globals=None)
+    with pytest.raises(ValueError, match="graph.nodes is None"):
+        make().init(jax.random.key(0), graph)
