@@ -81,10 +81,15 @@ def append_loops(graph: jraph.GraphsTuple, loop_edges) -> jraph.GraphsTuple:
     if (graph.edges is None) != (loop_edges is None):
         raise ValueError("append_loops: give loop_edges exactly when the graph has edge features "
                          f"(edges: {type(graph.edges).__name__}, loop_edges: {type(loop_edges).__name__})")
-    edges = None if graph.edges is None else jax.tree_util.tree_map(
-        lambda e, l: jnp.concatenate([e, jnp.asarray(l).astype(e.dtype)]), graph.edges, loop_edges)
-    return graph._replace(senders=senders, receivers=receivers, edges=edges,
+    return graph._replace(senders=senders, receivers=receivers, edges=extend_edges(graph.edges, loop_edges),
                           n_edge=graph.n_edge + jnp.asarray(graph.n_node, jnp.result_type(graph.n_edge)))
+
+
+def extend_edges(edges, loop_edges):
+    """Each leaf of ``edges`` followed by its loops' rows from ``loop_edges`` (same structure; None stays None)."""
+    return None if edges is None else jax.tree_util.tree_map(
+        lambda e, l: jnp.concatenate([e, jnp.asarray(l).astype(e.dtype)]), edges, loop_edges)
+
 
 
 def _every_node(ids: np.ndarray, n: int) -> bool:

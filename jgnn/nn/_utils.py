@@ -240,8 +240,7 @@ def loop_graph(graph: jraph.GraphsTuple, sets: NodeSets, per_edge, per_loop) -> 
     loop = jnp.arange(k, dtype=jnp.int32)
     senders = jnp.concatenate([graph.senders, loop])
     receivers = jnp.concatenate([graph.receivers, loop + sets.num_src])
-    edges = jax.tree_util.tree_map(lambda e, l: jnp.concatenate([e, l.astype(e.dtype)]), per_edge, per_loop)
-    return graph._replace(senders=senders, receivers=receivers, edges=edges,
+    return graph._replace(senders=senders, receivers=receivers, edges=layout_lib.extend_edges(per_edge, per_loop),
                           n_edge=graph.n_edge + jnp.asarray([k], graph.n_edge.dtype))
 
 
@@ -275,15 +274,16 @@ def add_self_loops(graph: jraph.GraphsTuple, *, edge_type: int | None = None) ->
 
 
 def aggregate(graph: jraph.GraphsTuple, phi: Callable, reduce: str = "sum", *, backend: str, remat: Any,
-              layout=None):
+              layout=None, self_loops: bool = False, loop_edges=None):
     """``reduce`` (a `REDUCERS` key) of ``phi(src, dst, edge)`` over each node's incoming edges.
 
     Returns the per-node pytree (``[N, ...]`` leaves; empty mailboxes give 0). ``graph.nodes`` must have
-    node rows (they reach ``phi``); the work is done by `jgnn.message_passing`, with ``layout``.
+    node rows (they reach ``phi``); the work is done by `jgnn.message_passing`, with ``layout``, ``self_loops``
+    and ``loop_edges`` as its layers take them.
     """
     reducer = REDUCERS[reduce]
     layer = message_passing(phi, lambda mb, node: reducer(mb), lambda node, agg: agg, backend=backend, remat=remat)
-    return layer(graph, layout=layout).nodes
+    return layer(graph, layout=layout, self_loops=self_loops, loop_edges=loop_edges).nodes
 
 
 def degree_probe(graph: jraph.GraphsTuple, edges=None) -> jraph.GraphsTuple:

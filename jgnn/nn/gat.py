@@ -129,13 +129,13 @@ class _HeadAttention(_utils.CheckedOptions, nn.Module):
                 per_edge |= {"attr": attr, "new": jnp.zeros((e,), bool)}
                 per_loop |= {"attr": jnp.zeros((n_loops, attr.shape[-1]), attr.dtype),
                              "new": jnp.ones((n_loops,), bool)}
-            looped = _utils.loop_graph(g._replace(edges=None), sets, per_edge, per_loop)
+            looped = lambda: _utils.loop_graph(g._replace(edges=None), sets, per_edge, per_loop)  # of g as it is then
             if attr is not None:
-                fill = loop_fill(looped, attr.shape[-1], self.fill_value, backend=self.backend, remat=self.remat,
+                fill = loop_fill(looped(), attr.shape[-1], self.fill_value, backend=self.backend, remat=self.remat,
                                  layout=layout)
                 g = g._replace(nodes=sets.with_dst(g.nodes, fill=fill))
             if sets.bipartite:  # the loops join source i to destination i: appended here
-                g = looped._replace(nodes=g.nodes)
+                g = looped()
             else:  # appended inside the compiled layer, which then sees that every node sends and receives one
                 g, loop_edges = g._replace(edges=per_edge), per_loop
         elif attr is not None:
@@ -168,11 +168,11 @@ class _HeadAttention(_utils.CheckedOptions, nn.Module):
             return out if bias is None else out + bias
 
         layer = message_passing(phi, _attention_rho, psi, backend=self.backend, remat=self.remat)
-        looped = loop_edges is not None
+        inner_loops = loop_edges is not None
         out = _utils.output_graph(graph, sets, sets.output(
-            layer(g, layout=layout, self_loops=looped, loop_edges=loop_edges).nodes))
+            layer(g, layout=layout, self_loops=inner_loops, loop_edges=loop_edges).nodes))
         if return_attention_weights:
-            return out, attention_weights(layout_lib.append_loops(g, loop_edges) if looped else g, phi, sets)
+            return out, attention_weights(layout_lib.append_loops(g, loop_edges) if inner_loops else g, phi, sets)
         return out
 
 

@@ -42,13 +42,15 @@ def _inv_sqrt(deg):
     return jnp.where(zero, 0.0, jnp.where(zero, 1.0, deg) ** -0.5)
 
 
-def _loop_stats(looped: jraph.GraphsTuple, weighted: bool, *, backend, remat, layout):
-    """Per node: the weight of its non-loop in-edges, whether it had a self-loop, and that loop's weight.
+def _loop_stats(graph: jraph.GraphsTuple, per_loop, weighted: bool, *, backend, remat, layout):
+    """Per node: the weight of its non-loop in-edges, whether it had a self-loop, and that loop's weight, over
+    ``graph`` (its ``edges`` the per-edge arrays) and one appended loop per node (``per_loop``).
 
     PyG's ``add_remaining_self_loops`` keeps an existing loop's weight (the last loop, with duplicates)."""
-    zeros = jnp.zeros((graph_lib.num_nodes(looped),), jnp.float32)
-    run = lambda phi, reduce="sum", nodes=zeros: _utils.aggregate(looped._replace(nodes=nodes), phi, reduce,
-                                                                  backend=backend, remat=remat, layout=layout)
+    zeros = jnp.zeros((graph_lib.num_nodes(graph),), jnp.float32)
+    run = lambda phi, reduce="sum", nodes=zeros: _utils.aggregate(
+        graph._replace(nodes=nodes), phi, reduce, backend=backend, remat=remat, layout=layout, self_loops=True,
+        loop_edges=per_loop)
     if weighted:
         last = run(lambda src, dst, edge: edge["lp"], "max")
         stats = run(lambda src, dst, edge: {"deg": edge["w"], "has": edge["loop"],
@@ -81,15 +83,16 @@ def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = Tr
     if not add_self_loops or nothing_to_replace:
         # The graph as it is, or with a loop per node added where the layout knows there is none to replace: the
         # coefficients need no per-edge loop flags or selects (as a hand-written GCN's).
-        target = layout_lib.with_self_loops(graph) if add_self_loops else graph
+        # (loops are only added without weights here: `nothing_to_replace`)
         edges = None if weight is None else {"w": weight}
         phi = (lambda src, dst, edge: edge["w"]) if weight is not None else \
             (lambda src, dst, edge: jnp.ones((), jnp.float32))
-        deg = _utils.aggregate(_utils.degree_probe(target, edges), phi, backend=backend, remat=remat, layout=layout)
-        if weight is None:  # (loops are only added without weights here: `nothing_to_replace`)
+        deg = _utils.aggregate(_utils.degree_probe(graph, edges), phi, backend=backend, remat=remat, layout=layout,
+                               self_loops=add_self_loops)
+        if weight is None:
             return Normalized(graph._replace(edges=None), {"dinv": _inv_sqrt(deg)},
                               lambda src, dst, edge: src["dinv"] * dst["dinv"], self_loops=add_self_loops)
-        return Normalized(target._replace(edges=edges), {"dinv": _inv_sqrt(deg)},
+        return Normalized(graph._replace(edges=edges), {"dinv": _inv_sqrt(deg)},
                           lambda src, dst, edge: src["dinv"] * edge["w"] * dst["dinv"])
     n = graph_lib.num_nodes(graph)
     loop = _utils.existing_loops(graph)
@@ -100,10 +103,8 @@ def gcn_norm(graph: jraph.GraphsTuple, weight=None, *, add_self_loops: bool = Tr
         position = jnp.arange(e, dtype=jnp.float32)  # exact below 2**24 edges
         per_edge |= {"lw": jnp.where(loop, w, 0.0), "lp": jnp.where(loop, position, -1.0)}
         per_loop |= {"lw": jnp.zeros((n,), w.dtype), "lp": jnp.full((n,), -1.0, jnp.float32)}
-    sets = _utils.NodeSets(n, n, False)
-    looped = _utils.loop_graph(graph, sets, per_edge, per_loop)
-    deg, has_loop, loop_weight = _loop_stats(looped, weight is not None, backend=backend, remat=remat,
-                                             layout=layout)
+    deg, has_loop, loop_weight = _loop_stats(graph._replace(edges=per_edge), per_loop, weight is not None,
+                                             backend=backend, remat=remat, layout=layout)
     kept = jnp.ones_like(deg) if loop_weight is None else loop_weight
     loop_weight = jnp.where(has_loop > 0, kept, fill_value)
     nodes = {"dinv": _inv_sqrt(deg + loop_weight), "loop_w": loop_weight}
