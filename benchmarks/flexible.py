@@ -41,7 +41,7 @@ import numpy as np
 import optax
 
 import jgnn
-from benchmarks.compare.cli import _cpu, _uptime, _versions
+from benchmarks.compare.cli import cpu_model, library_versions, machine_uptime
 from benchmarks.measure import xla_memory
 from jgnn.datasets import load_planetoid
 
@@ -380,15 +380,15 @@ def main(argv=None):
                         help="a line on the machine's state for the .md")
     args_list = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(args_list)
-    uptime = _uptime()
+    uptime = machine_uptime()
     benches = {"jknet": bench_jknet, "pinsage": bench_pinsage, "pgnn": bench_pgnn, "magnn": bench_magnn}
     rows = []
     for name in args.models:
         rows.append(benches[name](args.repeat))
         print(json.dumps(rows[-1]), flush=True)
     env = f"JGNN_DATA_DIR={os.environ['JGNN_DATA_DIR']} " if "JGNN_DATA_DIR" in os.environ else ""
-    meta = {"device": str(jax.devices()[0]), **_versions(), "cpu": _cpu(), "num_cpus": os.cpu_count(),
-            "uptime_before": uptime, "uptime_after": _uptime(), "torch_threads": _flexible_torch().THREADS,
+    meta = {"device": str(jax.devices()[0]), **library_versions(), "cpu": cpu_model(), "num_cpus": os.cpu_count(),
+            "uptime_before": uptime, "uptime_after": machine_uptime(), "torch_threads": _flexible_torch().THREADS,
             "repeat": args.repeat,
             "command": env + shlex.join(["python", "-m", "benchmarks.flexible", *args_list]), "note": args.note}
     with open(f"{args.out}.json", "w") as f:

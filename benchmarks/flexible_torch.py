@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch_geometric.nn.models import GCN
 from torch_geometric.utils import scatter, softmax
 
-from benchmarks.compare.pyg import _profiled_peak, _tensor_bytes
+from benchmarks.compare.pyg import profiled_peak, tensor_bytes
 from benchmarks.measure import time_torch
 
 THREADS = 2
@@ -237,6 +237,6 @@ def measure(model: torch.nn.Module, inputs: tuple, loss_of: Callable, *, check: 
 
     seconds = statistics.median(time_torch(step, warmup=2, repeats=repeat)) / 1e3
     model.zero_grad(set_to_none=True)
-    resident = _tensor_bytes([list(model.parameters()), list(inputs), list(extra)])
-    peak = _profiled_peak(step)
+    resident = tensor_bytes([list(model.parameters()), list(inputs), list(extra)])
+    peak = profiled_peak(step)
     return {"seconds": seconds, "memory_bytes": resident + peak, "max_abs_diff": diff, "threads": THREADS}

@@ -22,7 +22,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _versions() -> dict[str, str | None]:
+def library_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in ("jax", "jaxlib", "flax", "optax", "jraph", "numpy", "torch", "torch_geometric"):
         try:
@@ -42,7 +42,7 @@ def _pyg_extensions() -> str:
     return ", ".join(f"{k} {'present' if v else 'absent'}" for k, v in found.items())
 
 
-def _cpu() -> str:
+def cpu_model() -> str:
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -52,7 +52,7 @@ def _cpu() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def _uptime() -> str:
+def machine_uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
     except Exception:  # noqa: BLE001
@@ -177,15 +177,15 @@ def main(argv=None) -> int:
         return 0
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": shlex.join(["python", "-m", "benchmarks.compare", *(sys.argv[1:] if argv is None else argv)]),
-            "git_commit": _git_commit(), "versions": _versions(), "pyg_extensions": _pyg_extensions(),
-            "cpu": _cpu(), "num_cpus": os.cpu_count(), "suite": args.suite, "rounds": args.rounds,
+            "git_commit": _git_commit(), "versions": library_versions(), "pyg_extensions": _pyg_extensions(),
+            "cpu": cpu_model(), "num_cpus": os.cpu_count(), "suite": args.suite, "rounds": args.rounds,
             "target_s": args.target_s, "isolate": args.isolate, "systems": args.systems, "rtol": measure.LOSS_RTOL,
             "train_step": "forward, mean cross-entropy over the training nodes, backward, Adam lr 0.01; f32",
             "memory_metric": "JAX: XLA's buffer assignment of the compiled step (arguments + outputs + temp − "
                              "donated; parameters and Adam state are donated); PyG: bytes of the tensors alive at "
                              "the step's start (parameters, Adam state, inputs) + the peak the step allocates, "
                              "from the PyTorch profiler's memory events (CPU allocator)",
-            "uptime_before": _uptime(), "note": args.note}
+            "uptime_before": machine_uptime(), "note": args.note}
     print(f"{len(todo)} cases; {meta['uptime_before']}", flush=True)
     t0 = time.perf_counter()
     date = meta["date"][:10]
@@ -201,7 +201,8 @@ def main(argv=None) -> int:
             print(f"    {r['system']:6s} {r['status'][:70]:70s} {'' if t is None else f'{t:10.2f} ms'}", flush=True)
         rows += case_rows
         # written after every case, so that a run stopped early keeps the cases it finished
-        meta.update(uptime_after=_uptime(), elapsed_s=time.perf_counter() - t0, cases_done=f"{i + 1} of {len(todo)}")
+        meta.update(uptime_after=machine_uptime(), elapsed_s=time.perf_counter() - t0,
+                    cases_done=f"{i + 1} of {len(todo)}")
         write(out, stem, meta, rows, chart=i + 1 == len(todo))
     bad = [f"{r['case']} {r['system']}: {r['status']}" for r in rows if r["status"] != "ok"]
     print(f"wrote {out / stem}.{{json,md,png}}: {len(rows)} rows, {len(bad)} not ok, "

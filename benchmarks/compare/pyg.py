@@ -81,18 +81,18 @@ def _hgt(p: Problem, pyg, torch):
     return mods, forward, (x_dict, edge_index_dict)
 
 
-def _tensor_bytes(tree) -> int:
+def tensor_bytes(tree) -> int:
     torch = _torch()
     if isinstance(tree, torch.Tensor):
         return tree.numel() * tree.element_size()
     if isinstance(tree, dict):
-        return sum(_tensor_bytes(v) for v in tree.values())
+        return sum(tensor_bytes(v) for v in tree.values())
     if isinstance(tree, list | tuple):
-        return sum(_tensor_bytes(v) for v in tree)
+        return sum(tensor_bytes(v) for v in tree)
     return 0
 
 
-def _profiled_peak(fn) -> int:
+def profiled_peak(fn) -> int:
     """Peak bytes allocated (and not yet freed) during ``fn()``, from the profiler's memory events."""
     torch = _torch()
     from torch.profiler import ProfilerActivity, profile
@@ -157,8 +157,8 @@ def build(kind: str, problem: Problem, params: dict, *, train: bool, threads: in
         with torch.inference_mode():
             logits = forward(model, inputs)
             losses.append(float(cross_entropy(logits[index], labels[index])))
-    resident = _tensor_bytes([list(model.parameters()), opt.state_dict()["state"], inputs, labels, index])
-    peak = _profiled_peak(call)
+    resident = tensor_bytes([list(model.parameters()), opt.state_dict()["state"], inputs, labels, index])
+    peak = profiled_peak(call)
     info = {"trace_s": 0.0, "compile_s": 0.0, "first_run_s": first_run_s, "first_call_s": first_run_s,
             "prep_s": prep_s, "losses": losses, "memory_bytes": resident + peak, "temp_bytes": peak,
             "memory_metric": "torch_profiler", "threads": threads}
