@@ -118,7 +118,8 @@ def validate(graph: jraph.GraphsTuple, *, typed: bool = False,
                                 ("edges", edge_types(graph), num_edge_types)):
         if types is None:
             if typed:
-                raise ValueError(f'typed model: graph.{where} must be a dict with an int32 "type" entry')
+                got = "is None" if getattr(graph, where) is None else 'has no "type" entry'
+                raise ValueError(f'typed model: graph.{where} {got}; it must be a dict with an int32 "type" entry')
             continue
         if count is not None:
             _check_index_array(f'{where}["type"]', types, count)

@@ -251,18 +251,24 @@ class HeteroInput(nn.Module):
 
     Called as ``HeteroInput(features)(node_features, schema)`` with ``node_features = {type: [N_t, F_t]}``
     (widths may differ; PyG's ``HGTConv`` takes a per-type ``in_channels`` dict for the same purpose).
+    Parameters are created in ``param_dtype``; the output is in ``dtype`` (None: float32, or the promoted
+    dtype of the parameters and the floating inputs).
     """
 
     features: int
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, node_features: Mapping[str, Any], schema: TypedSchema) -> jax.Array:
-        parts = []
+        parts, dtypes = [], {"dtype": self.dtype, "param_dtype": self.param_dtype}
         for t, name in enumerate(schema.node_types):
             count = int(schema.node_offsets[t + 1] - schema.node_offsets[t])
             x = node_features.get(name)
             if x is None:
-                parts.append(nn.Embed(count, self.features, name=f"embed_{name}")(jnp.arange(count)))
+                parts.append(nn.Embed(count, self.features, **dtypes, name=f"embed_{name}")(jnp.arange(count)))
             else:
-                parts.append(nn.Dense(self.features, name=f"dense_{name}")(jnp.asarray(x, jnp.float32)))
+                x = jnp.asarray(x)  # integer or boolean features (counts, one-hots) enter as float32
+                x = x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
+                parts.append(nn.Dense(self.features, **dtypes, name=f"dense_{name}")(x))
         return jnp.concatenate(parts)

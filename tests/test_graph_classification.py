@@ -14,7 +14,7 @@ from jgnn import datasets as D
 from jgnn import nn as jnn
 from jgnn.datasets import cache, tu
 
-RTOL = {np.float32: 1e-5}
+RTOL = {np.float32: 1e-5, jnp.bfloat16: 2e-2}
 
 # --------------------------------------------------------------------------------------------
 # TU text format
@@ -422,6 +422,32 @@ def test_topk_pooling_matches_pyg():
     assert sorted(map(tuple, got.T.tolist())) == sorted(map(tuple, ei_ref.numpy().T.tolist()))
 
 
+@pytest.mark.pyg
+def test_sag_pooling_default_matches_pyg():
+    """PyG's default SAGPooling: ``GraphConv(F, 1)`` then ``SelectTopK(1)``, whose score ``x w / |w|`` with one
+    weight is ``sign(w) x``; that sign is folded into the copied GraphConv weights (the score is linear in them)."""
+    torch = pytest.importorskip("torch")
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    graphs, padded = small_batch(7)
+    torch.manual_seed(0)
+    ref = pyg_nn.SAGPooling(4, ratio=0.5)
+    real = jraph.batch_np(graphs)
+    batch = torch.as_tensor(np.repeat(np.arange(3), real.n_node))
+    edge_index = torch.as_tensor(np.stack([real.senders, real.receivers]).astype(np.int64))
+    x_ref, ei_ref, _, _, _, _ = ref(torch.as_tensor(real.nodes), edge_index, batch=batch)
+    sign = float(np.sign(ref.select.weight.detach().numpy()[0, 0]))
+    t = lambda w: sign * w.detach().numpy()
+    gnn = {"kernel_rel": t(ref.gnn.lin_rel.weight).T, "bias": t(ref.gnn.lin_rel.bias),
+           "kernel_root": t(ref.gnn.lin_root.weight).T}
+    pooled = jnn.SAGPooling(ratio=0.5).apply({"params": {"gnn": gnn}}, padded)
+    kept = int(jraph.get_node_padding_mask(pooled.graph).sum())
+    assert kept == x_ref.shape[0]
+    np.testing.assert_allclose(np.asarray(pooled.graph.nodes)[:kept], x_ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    real_edges = int(jraph.get_edge_padding_mask(pooled.graph).sum())
+    got = np.stack([np.asarray(pooled.graph.senders)[:real_edges], np.asarray(pooled.graph.receivers)[:real_edges]])
+    assert sorted(map(tuple, got.T.tolist())) == sorted(map(tuple, ei_ref.numpy().T.tolist()))
+
+
 def test_sag_pooling_keeps_dict_entries():
     graphs, padded = small_batch(6)
     typed = padded._replace(nodes={"h": padded.nodes, "id": np.arange(12, dtype=np.int32)})
@@ -439,3 +465,45 @@ def test_topk_ratio_error():
     _, padded = small_batch()
     with pytest.raises(ValueError, match="ratio"):
         jnn.TopKPooling(ratio=0.0).init(jax.random.key(0), padded)
+
+
+@pytest.mark.parametrize("name", ["attention", "set2set"])
+def test_readouts_follow_dtype_and_param_dtype(name):
+    """``param_dtype`` for every parameter, ``dtype`` for the output, near the float32 run of the same parameters."""
+    make = {"attention": lambda **d: jnn.AttentionReadout(**d), "set2set": lambda **d: jnn.Set2Set(2, **d)}[name]
+    _, padded = small_batch(8)
+    half = make(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    params = half.init(jax.random.key(0), padded)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+    out = jax.jit(half.apply)(params, padded)
+    assert out.dtype == jnp.bfloat16
+    full = jax.jit(make().apply)(jax.tree_util.tree_map(lambda p: p.astype(jnp.float32), params), padded)
+    assert full.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(full), rtol=0.1, atol=0.1)
+
+
+@pytest.mark.parametrize("name", ["topk", "sag"])
+def test_pools_follow_dtype_and_param_dtype(name):
+    """As the readouts, but rounding may reorder near-tied scores: the half-precision output is checked against
+    its own selection (``x[perm] * score``), and its scores against float32 on the nodes both runs keep."""
+    make = {"topk": lambda **d: jnn.TopKPooling(0.5, **d), "sag": lambda **d: jnn.SAGPooling(ratio=0.5, **d)}[name]
+    _, padded = small_batch(8)
+    half = make(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    params = half.init(jax.random.key(0), padded)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+    low = jax.device_get(jax.jit(half.apply)(params, padded))
+    high = jax.device_get(jax.jit(make().apply)(jax.tree_util.tree_map(lambda p: p.astype(jnp.float32), params),
+                                                padded))
+    assert (low.graph.nodes.dtype, low.score.dtype, high.graph.nodes.dtype) == (jnp.bfloat16, jnp.bfloat16,
+                                                                                jnp.float32)
+    kept = int(jraph.get_node_padding_mask(low.graph).sum())
+    x = np.asarray(padded.nodes, np.float32)
+    np.testing.assert_allclose(np.asarray(low.graph.nodes[:kept], np.float32),
+                               x[low.perm[:kept]] * np.asarray(low.score[:kept], np.float32)[:, None],
+                               rtol=RTOL[jnp.bfloat16], atol=RTOL[jnp.bfloat16])
+    both = np.intersect1d(low.perm[:kept], high.perm[:kept])
+    assert len(both) >= kept - 2
+    by_node = lambda pooled: dict(zip(pooled.perm[:kept].tolist(), np.asarray(pooled.score[:kept], np.float32),
+                                      strict=True))
+    low_score, high_score = by_node(low), by_node(high)
+    np.testing.assert_allclose([low_score[v] for v in both], [high_score[v] for v in both], rtol=0.05, atol=0.05)

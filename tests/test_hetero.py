@@ -1,5 +1,6 @@
 """Heterogeneous graphs: per-type dicts <-> typed GraphsTuple, DBLP, typed layers through the conversion, PyG."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -109,6 +110,21 @@ def test_typed_layers_accept_hetero_graphs():
         out_flipped = np.asarray(apply(params, flipped))[inv]
         for t in schema.node_types:
             np.testing.assert_allclose(np.asarray(out[t]), out_flipped[schema.node_slice(t)], rtol=1e-5, atol=1e-5)
+
+
+def test_hetero_input_follows_dtype_and_param_dtype():
+    hg = small_hetero(4)
+    _, schema = hetero.to_typed_graph(hg)
+    counts = {**hg.node_features, "user": np.arange(20, dtype=np.int32).reshape(5, 4)}  # integer features enter
+    half = hetero.HeteroInput(8, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    params = half.init(jax.random.key(0), counts, schema)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+    out = half.apply(params, counts, schema)
+    assert out.dtype == jnp.bfloat16 and out.shape == (15, 8)
+    full = hetero.HeteroInput(8).apply(jax.tree_util.tree_map(lambda p: p.astype(jnp.float32), params), counts,
+                                       schema)
+    assert full.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(full), rtol=2e-2, atol=2e-2)
 
 
 def test_hetero_dblp(data_dir):

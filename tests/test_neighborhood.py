@@ -330,3 +330,41 @@ def test_pgnn_conv_compiled_equals_reference(backend):
         return apply
 
     check_against_reference(run(conv), run(ref), params, g.nodes, jvp=False, terms=8)
+
+
+def _dtype_cases():
+    """name -> (module constructor taking dtype fields, its arguments, the output array of ``apply``)."""
+    rng = np.random.default_rng(17)
+    g = _random_graph(rng, 20, 50)
+    xs = [jnp.asarray(rng.normal(size=(7, 4)), jnp.float32) for _ in range(3)]
+    walks = jgnn.nn.random_walk_neighbors(g, jax.random.key(1), num_walks=5, walk_length=3, top_k=4)
+    anchors = jgnn.nn.anchor_neighborhood(jgnn.nn.hop_similarity(np.asarray(g.senders), np.asarray(g.receivers),
+                                                                 20), np.random.default_rng(1))
+    het = _tiny_hetero(rng)
+    metapaths, info = jgnn.nn.metapath_neighborhood(het, "author", [("author", "paper", "author")], samples=3)
+    feats = {t: jnp.asarray(het.node_features[t]) if t in het.node_features else None for t in het.num_nodes}
+    first = lambda out: out[0] if isinstance(out, tuple) else out
+    return {
+        "jk_lstm": (lambda **d: jgnn.nn.JumpingKnowledge("lstm", **d), (xs,), first),
+        "jknet_sage": (lambda **d: jgnn.nn.JKNet(6, 3, conv="sage", mode="max", **d), (g,), first),
+        "pinsage": (lambda **d: jgnn.nn.PinSage(6, 3, top_k=4, **d), (g, jax.random.key(1)), first),
+        "pinsage_conv": (lambda **d: jgnn.nn.PinSageConv(6, **d), (g, walks), lambda out: out.nodes),
+        "pgnn": (lambda **d: jgnn.nn.PGNN(6, **d), (g, anchors), first),
+        "magnn": (lambda **d: jgnn.nn.MAGNN(8, 3, dict(het.num_nodes), len(info["relations"]), attention_dim=5,
+                                            **d), (feats, metapaths), first),
+    }
+
+
+@pytest.mark.parametrize("name", ["jk_lstm", "jknet_sage", "pinsage", "pinsage_conv", "pgnn", "magnn"])
+def test_models_follow_dtype_and_param_dtype(name):
+    """Flax convention: ``param_dtype`` for every parameter, ``dtype`` for the computation and the output, which
+    stays near the float32 run of the same (rounded) parameters."""
+    make, args, output = _dtype_cases()[name]
+    half = make(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+    params = half.init(jax.random.key(0), *args)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+    out = output(half.apply(params, *args))
+    assert out.dtype == jnp.bfloat16
+    full = output(make().apply(jax.tree_util.tree_map(lambda p: p.astype(jnp.float32), params), *args))
+    assert full.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(full), rtol=0.1, atol=0.1)

@@ -371,6 +371,20 @@ def dense(module: nn.Module, features: int, *, use_bias: bool = True, name: str 
                     kernel_init=nn.initializers.glorot_uniform(), name=name)
 
 
+def orthogonal_init():
+    """The orthogonal initializer (LSTM recurrent kernels) run in float32 and cast: its QR has no bfloat16 or
+    float16 kernel on CPU, so a half-precision ``param_dtype`` would fail at ``init``."""
+    orthogonal = nn.initializers.orthogonal()
+    return lambda key, shape, dtype=jnp.float32: orthogonal(key, shape, jnp.promote_types(dtype, jnp.float32)
+                                                            ).astype(dtype)
+
+
+def lstm_cell(module: nn.Module, features: int, *, name: str | None = None) -> nn.OptimizedLSTMCell:
+    """Flax's LSTM cell with the module's ``dtype``/``param_dtype`` (its recurrent kernel from `orthogonal_init`)."""
+    return nn.OptimizedLSTMCell(features, dtype=module.dtype, param_dtype=module.param_dtype,
+                                recurrent_kernel_init=orthogonal_init(), name=name)
+
+
 def typed_init():
     """Glorot over the last two axes of a stacked ``[T, d_in, d_out]`` weight."""
     return nn.initializers.variance_scaling(1.0, "fan_avg", "uniform", in_axis=-2, out_axis=-1, batch_axis=(0,))

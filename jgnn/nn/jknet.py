@@ -51,10 +51,14 @@ class JumpingKnowledge(nn.Module):
       over layers of a linear score of a bi-directional LSTM run over node ``v``'s ``L`` representations
       (hidden size ``(L * C) // 2`` each way, PyG's ``lstm`` and ``att``).
 
-    ``channels`` and ``num_layers`` are read from ``xs`` (PyG needs them for ``"lstm"``).
+    ``channels`` and ``num_layers`` are read from ``xs`` (PyG needs them for ``"lstm"``). The combination runs in
+    ``dtype`` (None: the promoted dtype of ``xs``); the LSTM and the score layer keep their parameters in
+    ``param_dtype``.
     """
 
     mode: str = "cat"
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, xs) -> jax.Array:
@@ -62,6 +66,7 @@ class JumpingKnowledge(nn.Module):
         xs = list(xs)
         if not xs or any(x.shape != xs[0].shape for x in xs):
             raise ValueError(f"JumpingKnowledge needs equal-shaped [N, C] layer outputs, got {[x.shape for x in xs]}")
+        xs = _utils.promote(self.dtype, *xs)
         if self.mode == "cat":
             return jnp.concatenate(xs, -1)
         n, c = xs[0].shape
@@ -72,9 +77,9 @@ class JumpingKnowledge(nn.Module):
             return neighborhood.aggregate(stacked, layer_level(n, num_layers), [agg])
         hidden = (num_layers * c) // 2
         seq = jnp.stack(xs, 1)  # [N, L, C]
-        lstm = nn.Bidirectional(nn.RNN(nn.OptimizedLSTMCell(hidden), name="lstm_forward"),
-                                nn.RNN(nn.OptimizedLSTMCell(hidden), name="lstm_backward"), name="lstm")
-        scores = nn.Dense(1, name="att")(lstm(seq))  # [N, L, 1]
+        lstm = nn.Bidirectional(nn.RNN(_utils.lstm_cell(self, hidden), name="lstm_forward"),
+                                nn.RNN(_utils.lstm_cell(self, hidden), name="lstm_backward"), name="lstm")
+        scores = nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype, name="att")(lstm(seq))  # [N, L, 1]
         agg = neighborhood.Aggregation(phi=_attention_phi, rho=_attention_rho)
         return neighborhood.aggregate(stacked, layer_level(n, num_layers, scores), [agg])
 
@@ -82,7 +87,8 @@ class JumpingKnowledge(nn.Module):
 class JKNet(_utils.CheckedOptions, nn.Module):
     """A JK-Net, as PyG's ``BasicGNN(..., jk=mode)``: ``num_layers`` convolutions (``"gcn"`` or ``"sage"``) of
     width ``hidden``, each followed by ReLU and dropout, their outputs combined by `JumpingKnowledge`, then a
-    linear map to ``out_features``. Called as ``model(graph, *, deterministic=True) -> [N, out_features]``."""
+    linear map to ``out_features``. Called as ``model(graph, *, deterministic=True) -> [N, out_features]``.
+    ``dtype``/``param_dtype`` pass to every submodule."""
 
     hidden: int
     out_features: int
@@ -90,18 +96,20 @@ class JKNet(_utils.CheckedOptions, nn.Module):
     conv: str = "gcn"
     mode: str = "cat"
     dropout: float = 0.5
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
     remat: Any = "auto"
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jax.Array:
         _utils.check_choice("conv", self.conv, CONVS)
-        xs = []
+        xs, dtypes = [], {"dtype": self.dtype, "param_dtype": self.param_dtype}
         for i in range(self.num_layers):
-            conv = CONVS[self.conv](self.hidden, backend=self.backend, remat=self.remat, name=f"conv{i}")
+            conv = CONVS[self.conv](self.hidden, **dtypes, backend=self.backend, remat=self.remat, name=f"conv{i}")
             h = nn.relu(_utils.node_features(conv(graph, layout=layout)))
             h = nn.Dropout(self.dropout, deterministic=deterministic)(h)
             xs.append(h)
             graph = _utils.with_features(graph, h)
-        h = JumpingKnowledge(self.mode, name="jk")(xs)
-        return nn.Dense(self.out_features, name="lin")(h)
+        h = JumpingKnowledge(self.mode, **dtypes, name="jk")(xs)
+        return nn.Dense(self.out_features, **dtypes, name="lin")(h)

@@ -123,7 +123,8 @@ class MAGNN(_utils.CheckedOptions, nn.Module):
 
     Called as ``model(features, neighborhood) -> [N_target, out_features]``: ``features`` a dict of ``[N_t, F_t]``
     arrays per type (or None for a featureless type) in the node table's order, ``neighborhood`` from
-    `metapath_neighborhood`.
+    `metapath_neighborhood`. Parameters are created in ``param_dtype``; the computation runs in ``dtype`` (None:
+    the promoted dtype of the features and parameters).
     """
 
     hidden: int
@@ -133,6 +134,8 @@ class MAGNN(_utils.CheckedOptions, nn.Module):
     encoder: str = "rotation"
     attention_dim: int = 128
     dropout: float = 0.5
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
     remat: Any = "auto"
 
@@ -140,24 +143,26 @@ class MAGNN(_utils.CheckedOptions, nn.Module):
     def __call__(self, features: dict, nbhd: neighborhood.Neighborhood, *, deterministic: bool = True):
         if self.encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
-        parts = []
+        parts, dtypes, pdtype = [], {"dtype": self.dtype, "param_dtype": self.param_dtype}, self.param_dtype
         for t, n in self.num_nodes.items():
             x = features.get(t)
-            parts.append(nn.Dense(self.hidden, name=f"project_{t}")(x) if x is not None else
-                         self.param(f"embed_{t}", nn.initializers.normal(1.0), (n, self.hidden)))
-        x = nn.Dropout(self.dropout, deterministic=deterministic)(jnp.concatenate(parts))
+            parts.append(nn.Dense(self.hidden, **dtypes, name=f"project_{t}")(x) if x is not None else
+                         self.param(f"embed_{t}", nn.initializers.normal(1.0), (n, self.hidden), pdtype))
+        x = nn.Dropout(self.dropout, deterministic=deterministic)(jnp.concatenate(_utils.promote(self.dtype, *parts)))
         level0, level1, level2 = nbhd.levels
         num_p = level2.fanout
         num_targets = level2.num_groups
-        theta = self.param("relation_angles", nn.initializers.uniform(np.pi), (self.num_relations, self.hidden // 2))
-        attn = self.param("intra_attention", nn.initializers.glorot_uniform(), (num_p, 2 * self.hidden))
+        theta = self.param("relation_angles", nn.initializers.uniform(np.pi), (self.num_relations, self.hidden // 2),
+                           pdtype)
+        attn = self.param("intra_attention", nn.initializers.glorot_uniform(), (num_p, 2 * self.hidden), pdtype)
+        x, theta, attn = _utils.promote(self.dtype, x, theta, attn)
         rotation = self.encoder == "rotation"
 
         def encode(member, group, f):
-            return _rotate(member, f["coef"] @ theta) if rotation else member
+            return _rotate(member, f["coef"].astype(theta.dtype) @ theta) if rotation else member
 
         def intra_phi(member, group, f):
-            a = f["metapath"] @ attn  # this metapath's attention vector [2 * hidden]
+            a = f["metapath"].astype(attn.dtype) @ attn  # this metapath's attention vector [2 * hidden]
             score = jax.nn.leaky_relu(jnp.sum(a[:self.hidden] * group) + jnp.sum(a[self.hidden:] * member), 0.2)
             return {"h": member, "s": score[None]}
 
@@ -172,8 +177,9 @@ class MAGNN(_utils.CheckedOptions, nn.Module):
         graph = _node_graph(x)
         per_metapath = layer(graph, neighborhood.Neighborhood((level0, level1)), (None, table)).nodes
         # Inter-metapath attention: one score per metapath, from every target's representation of it.
-        proj = jnp.tanh(nn.Dense(self.attention_dim, name="inter_M")(per_metapath))
-        q = self.param("inter_q", nn.initializers.glorot_uniform(), (self.attention_dim, 1))
+        proj = jnp.tanh(nn.Dense(self.attention_dim, **dtypes, name="inter_M")(per_metapath))
+        q = self.param("inter_q", nn.initializers.glorot_uniform(), (self.attention_dim, 1), pdtype)
+        proj, q = _utils.promote(self.dtype, proj, q)
         score = jnp.mean((proj @ q).reshape(num_p, num_targets), 1)  # [P]
         member_scores = jnp.broadcast_to(score[None, :, None], (num_targets, num_p, 1))
         top = neighborhood.Neighborhood((neighborhood.dense_level(
@@ -182,7 +188,7 @@ class MAGNN(_utils.CheckedOptions, nn.Module):
             phi=lambda m, g, f: {"h": m, "s": f["s"]},
             rho=lambda mb, g: mailbox.sum(mailbox.softmax(mb["s"]) * mb["h"]))])
         h = nn.Dropout(self.dropout, deterministic=deterministic)(h)
-        return nn.Dense(self.out_features, name="classifier")(h)
+        return nn.Dense(self.out_features, **dtypes, name="classifier")(h)
 
 
 def _node_graph(x):

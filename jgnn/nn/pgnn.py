@@ -62,23 +62,28 @@ def anchor_neighborhood(similarity: np.ndarray, rng: np.random.Generator, *, cop
 class PGNNConv(_utils.CheckedOptions, nn.Module):
     """One P-GNN layer (the authors' ``PGNN_layer`` without the trainable distance MLP). Called as
     ``conv(graph, neighborhood) -> (position [N, K], graph)`` with the structure-aware ``[N, features]`` rows as
-    the graph's nodes. Parameters: ``hidden`` (a Dense ``[2F, features]``) and ``position`` (``[features, 1]``)."""
+    the graph's nodes. Parameters, in ``param_dtype``: ``hidden`` (a Dense ``[2F, features]``) and ``position``
+    (``[features, 1]``); the computation runs in ``dtype`` (None: the promoted dtype of features and parameters).
+    """
 
     features: int
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
     remat: Any = "auto"
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, nbhd: neighborhood.Neighborhood):
         x = _utils.node_features(graph)
-        init = nn.initializers.glorot_uniform()
-        w = self.param("hidden_kernel", init, (2 * x.shape[-1], self.features))
-        b = self.param("hidden_bias", nn.initializers.zeros, (self.features,))
-        w_pos = self.param("position_kernel", init, (self.features, 1))
+        init, dtype = nn.initializers.glorot_uniform(), self.param_dtype
+        w = self.param("hidden_kernel", init, (2 * x.shape[-1], self.features), dtype)
+        b = self.param("hidden_bias", nn.initializers.zeros, (self.features,), dtype)
+        w_pos = self.param("position_kernel", init, (self.features, 1), dtype)
+        x, w, b, w_pos = _utils.promote(self.dtype, x, w, b, w_pos)
         num_slots = nbhd.levels[0].fanout
 
         def phi(member, group, f):
-            msg = jax.nn.relu(jnp.concatenate([member * f["s"], group]) @ w + b)
+            msg = jax.nn.relu(jnp.concatenate([member * f["s"].astype(member.dtype), group]) @ w + b)
             return {"m": msg, "z": jax.nn.one_hot(f["slot"], num_slots, dtype=msg.dtype) * (msg @ w_pos)}
 
         def rho(mb, group):
@@ -94,21 +99,25 @@ class PGNN(_utils.CheckedOptions, nn.Module):
     """The authors' link-prediction P-GNN: a linear pre-layer to ``hidden``, ``num_layers`` `PGNNConv` (the
     structure-aware output feeds the next layer, dropout between), and the last layer's position-aware
     ``[N, K]`` output, L2-normalised per node, as the embedding. Called as ``model(graph, neighborhood, *,
-    deterministic=True) -> [N, K]``; a pair's score is the dot product of its two embeddings."""
+    deterministic=True) -> [N, K]``; a pair's score is the dot product of its two embeddings. ``dtype``/
+    ``param_dtype`` pass to every submodule."""
 
     hidden: int = 32
     num_layers: int = 2
     dropout: float = 0.5
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
     remat: Any = "auto"
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, nbhd: neighborhood.Neighborhood, *, deterministic: bool = True):
-        h = nn.Dense(self.hidden, name="pre")(_utils.node_features(graph))
+        dtypes = {"dtype": self.dtype, "param_dtype": self.param_dtype}
+        h = nn.Dense(self.hidden, **dtypes, name="pre")(_utils.node_features(graph))
         position = None
         for i in range(self.num_layers):
             h = nn.Dropout(self.dropout, deterministic=deterministic)(h) if i else h
-            position, g = PGNNConv(self.hidden, backend=self.backend, remat=self.remat, name=f"conv{i}")(
+            position, g = PGNNConv(self.hidden, **dtypes, backend=self.backend, remat=self.remat, name=f"conv{i}")(
                 graph._replace(nodes=h), nbhd)
             h = _utils.node_features(g)
         norm = jnp.sqrt(jnp.sum(position ** 2, -1, keepdims=True))

@@ -85,12 +85,15 @@ class PinSageConv(_utils.CheckedOptions, nn.Module):
     with :math:`N(v)` and the importances :math:`\alpha_{vu}` (summing to 1) from `random_walk_neighbors`.
     ``normalize=False`` skips the L2 normalisation. Called as ``conv(graph, neighborhood) -> graph``; input
     ``graph.nodes`` ``[N, F]``, output ``[N, features]``. Parameters: ``Q_kernel`` ``[F, hidden]`` (default
-    ``hidden = features``), ``Q_bias``, ``W_kernel`` ``[F + hidden, features]``, ``W_bias``.
+    ``hidden = features``), ``Q_bias``, ``W_kernel`` ``[F + hidden, features]``, ``W_bias``, in ``param_dtype``;
+    the computation runs in ``dtype`` (None: the promoted dtype of the features and parameters).
     """
 
     features: int
     hidden: int | None = None
     normalize: bool = True
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
     remat: Any = "auto"
 
@@ -98,15 +101,16 @@ class PinSageConv(_utils.CheckedOptions, nn.Module):
     def __call__(self, graph: jraph.GraphsTuple, nbhd: neighborhood.Neighborhood) -> jraph.GraphsTuple:
         x = _utils.node_features(graph)
         width = self.hidden or self.features
-        init = nn.initializers.glorot_uniform()
-        q_kernel = self.param("Q_kernel", init, (x.shape[-1], width))
-        q_bias = self.param("Q_bias", nn.initializers.zeros, (width,))
-        w_kernel = self.param("W_kernel", init, (x.shape[-1] + width, self.features))
-        w_bias = self.param("W_bias", nn.initializers.zeros, (self.features,))
+        init, zeros, dtype = nn.initializers.glorot_uniform(), nn.initializers.zeros, self.param_dtype
+        q_kernel = self.param("Q_kernel", init, (x.shape[-1], width), dtype)
+        q_bias = self.param("Q_bias", zeros, (width,), dtype)
+        w_kernel = self.param("W_kernel", init, (x.shape[-1] + width, self.features), dtype)
+        w_bias = self.param("W_bias", zeros, (self.features,), dtype)
+        x, q_kernel, q_bias, w_kernel, w_bias = _utils.promote(self.dtype, x, q_kernel, q_bias, w_kernel, w_bias)
         normalize = self.normalize
 
         def phi(member, group, features):
-            return jax.nn.relu(member @ q_kernel + q_bias) * features["importance"]
+            return jax.nn.relu(member @ q_kernel + q_bias) * features["importance"].astype(member.dtype)
 
         def psi(node, agg):
             z = jax.nn.relu(jnp.concatenate([node, agg]) @ w_kernel + w_bias)
@@ -123,7 +127,8 @@ class PinSageConv(_utils.CheckedOptions, nn.Module):
 class PinSage(_utils.CheckedOptions, nn.Module):
     """``num_layers`` `PinSageConv` of width ``hidden`` over one random-walk neighbourhood (selected with
     ``key`` per call, as PinSage re-samples), dropout before each, then a linear map to ``out_features``.
-    Called as ``model(graph, key, *, deterministic=True) -> [N, out_features]``."""
+    Called as ``model(graph, key, *, deterministic=True) -> [N, out_features]``. ``dtype``/``param_dtype`` pass to
+    every submodule."""
 
     hidden: int
     out_features: int
@@ -132,6 +137,8 @@ class PinSage(_utils.CheckedOptions, nn.Module):
     walk_length: int = 3
     top_k: int = 10
     dropout: float = 0.5
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
     backend: str = "auto"
     remat: Any = "auto"
 
@@ -139,9 +146,9 @@ class PinSage(_utils.CheckedOptions, nn.Module):
     def __call__(self, graph: jraph.GraphsTuple, key: jax.Array, *, deterministic: bool = True) -> jax.Array:
         nbhd = random_walk_neighbors(graph, key, num_walks=self.num_walks, walk_length=self.walk_length,
                                      top_k=self.top_k)
-        h = _utils.node_features(graph)
+        h, dtypes = _utils.node_features(graph), {"dtype": self.dtype, "param_dtype": self.param_dtype}
         for i in range(self.num_layers):
             h = nn.Dropout(self.dropout, deterministic=deterministic)(h)
-            conv = PinSageConv(self.hidden, backend=self.backend, remat=self.remat, name=f"conv{i}")
+            conv = PinSageConv(self.hidden, **dtypes, backend=self.backend, remat=self.remat, name=f"conv{i}")
             h = _utils.node_features(conv(graph._replace(nodes=h), nbhd))
-        return nn.Dense(self.out_features, name="lin")(h)
+        return nn.Dense(self.out_features, **dtypes, name="lin")(h)

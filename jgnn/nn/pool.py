@@ -18,14 +18,16 @@ So the result on real graphs equals PyG's ``TopKPooling``/``SAGPooling`` output,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import jraph
 
+from jgnn.nn import _utils
 from jgnn.nn.readout import graph_ids, node_features
+from jgnn.nn.sage import GraphConv
 
 
 class Pooled(NamedTuple):
@@ -99,20 +101,24 @@ class TopKPooling(nn.Module):
     .. math:: s = \tanh\big(x\, p / \lVert p \rVert\big), \qquad
         x' = (x \odot s)_{\mathrm{top}_k(s)}, \quad k_g = \lceil \mathrm{ratio} \cdot n_g \rceil
 
-    with a learned projection ``p`` [F]. Called as ``pool(graph, x=None) -> Pooled``; see the module doc for
-    the static-shape layout of the result. ``multiplier`` scales the kept features.
+    with a learned projection ``p`` [F] (in ``param_dtype``). Called as ``pool(graph, x=None) -> Pooled``; see
+    the module doc for the static-shape layout of the result. ``multiplier`` scales the kept features. The
+    score and the output features are computed in ``dtype`` (None: the promoted dtype of ``x`` and ``p``).
     """
 
     ratio: float = 0.5
     nonlinearity: Callable = jnp.tanh
     multiplier: float = 1.0
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, x=None) -> Pooled:
         x = node_features(graph, x)
         bound = 1.0 / float(x.shape[-1]) ** 0.5  # PyG's uniform(size, weight): U(-1/sqrt(F), 1/sqrt(F))
         init = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)
-        p = self.param("projection", init, (x.shape[-1],), jnp.float32)
+        p = self.param("projection", init, (x.shape[-1],), self.param_dtype)
+        x, p = _utils.promote(self.dtype, x, p)
         score = self.nonlinearity((x @ p) / jnp.linalg.norm(p))
         pooled = topk_select(graph, score, self.ratio, x)
         return _scaled(pooled, self.multiplier)
@@ -122,20 +128,28 @@ class SAGPooling(nn.Module):
     r"""Self-attention graph pooling (Lee et al. 2019, PyG's ``SAGPooling`` with ``min_score=None``): the score
     is a GNN's one-channel output, :math:`s = \tanh(\mathrm{gnn}(G, x))`, then as :class:`TopKPooling`.
 
-    ``gnn`` is a `jgnn.nn` layer with one output channel, e.g. ``jgnn.nn.GCNConv(1)`` (PyG's default is
-    ``GraphConv(F, 1)``); it is called on the graph with ``nodes = x``.
+    ``gnn`` is a `jgnn.nn` layer with one output channel, called on the graph with ``nodes = x``; the default
+    is PyG's, ``jgnn.nn.GraphConv(1)`` in ``dtype``/``param_dtype`` (a layer passed in keeps its own dtypes).
+    PyG then scores with ``SelectTopK(1)``, whose one weight ``w`` only contributes ``sign(w)``: to load PyG
+    weights, multiply the GNN's output layer by that sign.
+    The score and the output features are computed in ``dtype`` (None: the promoted dtype of ``x`` and the score).
     """
 
-    gnn: nn.Module
+    gnn: nn.Module | None = None
     ratio: float = 0.5
     nonlinearity: Callable = jnp.tanh
     multiplier: float = 1.0
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, x=None) -> Pooled:
         x = node_features(graph, x)
-        out = self.gnn(graph._replace(nodes=x)).nodes
-        score = self.nonlinearity(node_features(graph._replace(nodes=out)).reshape(x.shape[0]))
+        gnn = self.gnn if self.gnn is not None else GraphConv(1, dtype=self.dtype, param_dtype=self.param_dtype,
+                                                               name="gnn")
+        out = gnn(graph._replace(nodes=x)).nodes
+        x, score = _utils.promote(self.dtype, x, node_features(graph._replace(nodes=out)).reshape(x.shape[0]))
+        score = self.nonlinearity(score)
         return _scaled(topk_select(graph, score, self.ratio, x), self.multiplier)
 
 

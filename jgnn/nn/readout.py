@@ -10,11 +10,14 @@ compiler to rewrite, so they are plain JAX.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import jraph
+
+from jgnn.nn import _utils
 
 FEATURE_KEY = "h"
 
@@ -88,19 +91,24 @@ class AttentionReadout(nn.Module):
 
     .. math:: r_g = \sum_{i \in g} \mathrm{softmax}_{i \in g}\big(\mathrm{gate}(x_i)\big)\, \mathrm{value}(x_i)
 
-    ``gate`` maps [N, F] to [N, 1] scores (default: one ``Dense(1)``); ``value`` maps [N, F] to [N, F']
-    (default: identity). Returns [G, F'].
+    ``gate`` maps [N, F] to [N, 1] scores (default: one ``Dense(1)`` in ``dtype``/``param_dtype``); ``value``
+    maps [N, F] to [N, F'] (default: identity). Modules passed in keep their own dtypes; the softmax and the
+    sum run in ``dtype`` (None: the promoted dtype of the scores and values). Returns [G, F'].
     """
 
     gate: nn.Module | None = None
     value: nn.Module | None = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, x=None) -> jax.Array:
         x = node_features(graph, x)
-        gate = self.gate if self.gate is not None else nn.Dense(1, name="gate_dense")
+        gate = self.gate if self.gate is not None else nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype,
+                                                                name="gate_dense")
         logits = gate(x)[..., 0]
         values = self.value(x) if self.value is not None else x
+        values, logits = _utils.promote(self.dtype, values, logits)
         return _softmax_pool(graph, values, logits)
 
 
@@ -112,17 +120,20 @@ class Set2Set(nn.Module):
         q_t = \mathrm{LSTM}(q^*_{t-1}), \quad a_i = \mathrm{softmax}_{i \in g}(x_i \cdot q_t), \quad
         r_t = \sum_{i \in g} a_i x_i, \quad q^*_t = [q_t \,\Vert\, r_t]
 
-    starting from :math:`q^*_0 = 0`. Input ``x`` [N, F]; returns :math:`q^*_T` [G, 2F].
+    starting from :math:`q^*_0 = 0`. Input ``x`` [N, F]; returns :math:`q^*_T` [G, 2F], computed in ``dtype``
+    (None: the promoted dtype of ``x`` and the LSTM's ``param_dtype`` parameters).
     """
 
     processing_steps: int
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, x=None) -> jax.Array:
-        x = node_features(graph, x)
+        (x,) = _utils.promote(self.dtype, node_features(graph, x))
         g, f = graph.n_node.shape[0], x.shape[-1]
         ids = graph_ids(graph, x.shape[0])
-        cell = nn.OptimizedLSTMCell(f, name="lstm")
+        cell = _utils.lstm_cell(self, f, name="lstm")
         carry = cell.initialize_carry(jax.random.key(0), (g, 2 * f))  # zeros: the key is unused
         q_star = jnp.zeros((g, 2 * f), x.dtype)
         for _ in range(self.processing_steps):
