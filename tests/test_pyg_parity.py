@@ -49,6 +49,7 @@ class Data:
     types: np.ndarray
     x_dst: np.ndarray  # bipartite destination features (with senders < len(x), receivers < len(x_dst))
     receivers_bip: np.ndarray
+    attr_wide: np.ndarray  # edge features as wide as the nodes (GINE without edge_dim)
 
 
 def make_data(seed: int = 0) -> Data:
@@ -76,7 +77,7 @@ def make_data(seed: int = 0) -> Data:
                 n_node=np.asarray(SIZES, np.int32), n_edge=np.asarray(n_edge, np.int32),
                 weight=rng.uniform(0.5, 2.0, e).astype(np.float32), attr=f32(e, D_EDGE),
                 types=rng.integers(0, R, e).astype(np.int32), x_dst=f32(n_dst, D_IN + 1),
-                receivers_bip=receivers_bip.astype(np.int32))
+                receivers_bip=receivers_bip.astype(np.int32), attr_wide=f32(e, D_IN))
 
 
 def graph(d: Data, nodes=None, edges=None, receivers=None) -> jraph.GraphsTuple:
@@ -100,6 +101,16 @@ INPUTS: dict[str, tuple[Callable, Callable]] = {
     "bipartite_attr": (lambda d: graph(d, nodes=(jnp.asarray(d.x), jnp.asarray(d.x_dst)), edges=jnp.asarray(d.attr),
                                        receivers=d.receivers_bip),
                        lambda m, d: m((T(d.x), T(d.x_dst)), edge_index(d, d.receivers_bip), T(d.attr))),
+    "x_attr_wide": (lambda d: graph(d, edges=jnp.asarray(d.attr_wide)),
+                    lambda m, d: m(T(d.x), edge_index(d), T(d.attr_wide))),
+    # GIN, GINE and EdgeConv add or subtract x_dst and x_src: equal widths
+    "bipartite_equal": (lambda d: graph(d, nodes=(jnp.asarray(d.x), jnp.asarray(d.x_dst[:, :D_IN])),
+                                        receivers=d.receivers_bip),
+                        lambda m, d: m((T(d.x), T(d.x_dst[:, :D_IN])), edge_index(d, d.receivers_bip))),
+    "bipartite_equal_attr": (lambda d: graph(d, nodes=(jnp.asarray(d.x), jnp.asarray(d.x_dst[:, :D_IN])),
+                                             edges=jnp.asarray(d.attr), receivers=d.receivers_bip),
+                             lambda m, d: m((T(d.x), T(d.x_dst[:, :D_IN])), edge_index(d, d.receivers_bip),
+                                            T(d.attr))),
     "typed": (lambda d: graph(d, edges={"type": jnp.asarray(d.types)}),
               lambda m, d: m(T(d.x), edge_index(d), T(d.types).long())),
     "typed_attr": (lambda d: graph(d, edges={"type": jnp.asarray(d.types), "h": jnp.asarray(d.attr)}),
@@ -311,7 +322,15 @@ CASES: dict[str, Case] = {
                           lambda: jnn.GINConv(FLAX_MLP(), eps=0.3, train_eps=True), gin_params),
     "gine_edge_dim": Case(lambda: pyg.GINEConv(mlp(D_IN), eps=0.1, edge_dim=D_EDGE),
                           lambda: jnn.GINEConv(FLAX_MLP(), eps=0.1, edge_dim=D_EDGE), gin_params, "x_attr"),
+    "gin_bipartite": Case(lambda: pyg.GINConv(mlp(D_IN), eps=0.2), lambda: jnn.GINConv(FLAX_MLP(), eps=0.2),
+                          gin_params, "bipartite_equal"),
+    "gine": Case(lambda: pyg.GINEConv(mlp(D_IN)), lambda: jnn.GINEConv(FLAX_MLP()), gin_params, "x_attr_wide"),
+    "gine_bipartite": Case(lambda: pyg.GINEConv(mlp(D_IN), train_eps=True, edge_dim=D_EDGE),
+                           lambda: jnn.GINEConv(FLAX_MLP(), train_eps=True, edge_dim=D_EDGE), gin_params,
+                           "bipartite_equal_attr"),
     "edge_conv": Case(lambda: pyg.EdgeConv(mlp(2 * D_IN)), lambda: jnn.EdgeConv(FLAX_MLP()), edge_conv_params),
+    "edge_conv_bipartite": Case(lambda: pyg.EdgeConv(mlp(2 * D_IN)), lambda: jnn.EdgeConv(FLAX_MLP()),
+                                edge_conv_params, "bipartite_equal"),
     "edge_conv_mean": Case(lambda: pyg.EdgeConv(mlp(2 * D_IN), aggr="mean"),
                            lambda: jnn.EdgeConv(FLAX_MLP(), aggr="mean"), edge_conv_params),
     "edge_conv_add": Case(lambda: pyg.EdgeConv(mlp(2 * D_IN), aggr="add"),
