@@ -402,50 +402,53 @@ def test_topk_pooling_matches_reference():
     assert float(jnp.abs(grad["params"]["projection"]).sum()) > 0
 
 
-@pytest.mark.pyg
-def test_topk_pooling_matches_pyg():
-    torch = pytest.importorskip("torch")
-    pyg_nn = pytest.importorskip("torch_geometric.nn")
-    graphs, padded = small_batch(5)
-    torch.manual_seed(0)
-    ref = pyg_nn.TopKPooling(4, ratio=0.6)
+def pyg_pool(ref, graphs):
+    """PyG's pooling of the real graphs: (pooled features, pooled edge_index)."""
+    import torch
+
     real = jraph.batch_np(graphs)
-    batch = torch.as_tensor(np.repeat(np.arange(3), real.n_node))
+    batch = torch.as_tensor(np.repeat(np.arange(len(graphs)), real.n_node))
     edge_index = torch.as_tensor(np.stack([real.senders, real.receivers]).astype(np.int64))
-    x_ref, ei_ref, _, batch_ref, perm_ref, _ = ref(torch.as_tensor(real.nodes), edge_index, batch=batch)
-    p = ref.select.weight.detach().numpy()[0]
-    pooled = jnn.TopKPooling(ratio=0.6).apply({"params": {"projection": p}}, padded)
+    x_ref, ei_ref, *_ = ref(torch.as_tensor(real.nodes), edge_index, batch=batch)
+    return x_ref.detach().numpy(), ei_ref.numpy()
+
+
+def check_pooled_like_pyg(pooled, x_ref, ei_ref):
+    """The kept nodes are PyG's, in PyG's order, and the kept edges are PyG's (as a set)."""
     kept = int(jraph.get_node_padding_mask(pooled.graph).sum())
-    np.testing.assert_allclose(np.asarray(pooled.graph.nodes)[:kept], x_ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert kept == x_ref.shape[0]
+    np.testing.assert_allclose(np.asarray(pooled.graph.nodes)[:kept], x_ref, rtol=1e-5, atol=1e-6)
     real_edges = int(jraph.get_edge_padding_mask(pooled.graph).sum())
     got = np.stack([np.asarray(pooled.graph.senders)[:real_edges], np.asarray(pooled.graph.receivers)[:real_edges]])
-    assert sorted(map(tuple, got.T.tolist())) == sorted(map(tuple, ei_ref.numpy().T.tolist()))
+    assert sorted(map(tuple, got.T.tolist())) == sorted(map(tuple, ei_ref.T.tolist()))
 
 
-@pytest.mark.pyg
-def test_sag_pooling_default_matches_pyg():
+def _topk_from_pyg(ref):
+    return jnn.TopKPooling(ratio=ref.ratio), {"projection": ref.select.weight.detach().numpy()[0]}
+
+
+def _sag_from_pyg(ref):
     """PyG's default SAGPooling: ``GraphConv(F, 1)`` then ``SelectTopK(1)``, whose score ``x w / |w|`` with one
     weight is ``sign(w) x``; that sign is folded into the copied GraphConv weights (the score is linear in them)."""
-    torch = pytest.importorskip("torch")
-    pyg_nn = pytest.importorskip("torch_geometric.nn")
-    graphs, padded = small_batch(7)
-    torch.manual_seed(0)
-    ref = pyg_nn.SAGPooling(4, ratio=0.5)
-    real = jraph.batch_np(graphs)
-    batch = torch.as_tensor(np.repeat(np.arange(3), real.n_node))
-    edge_index = torch.as_tensor(np.stack([real.senders, real.receivers]).astype(np.int64))
-    x_ref, ei_ref, _, _, _, _ = ref(torch.as_tensor(real.nodes), edge_index, batch=batch)
     sign = float(np.sign(ref.select.weight.detach().numpy()[0, 0]))
     t = lambda w: sign * w.detach().numpy()
     gnn = {"kernel_rel": t(ref.gnn.lin_rel.weight).T, "bias": t(ref.gnn.lin_rel.bias),
            "kernel_root": t(ref.gnn.lin_root.weight).T}
-    pooled = jnn.SAGPooling(ratio=0.5).apply({"params": {"gnn": gnn}}, padded)
-    kept = int(jraph.get_node_padding_mask(pooled.graph).sum())
-    assert kept == x_ref.shape[0]
-    np.testing.assert_allclose(np.asarray(pooled.graph.nodes)[:kept], x_ref.detach().numpy(), rtol=1e-5, atol=1e-6)
-    real_edges = int(jraph.get_edge_padding_mask(pooled.graph).sum())
-    got = np.stack([np.asarray(pooled.graph.senders)[:real_edges], np.asarray(pooled.graph.receivers)[:real_edges]])
-    assert sorted(map(tuple, got.T.tolist())) == sorted(map(tuple, ei_ref.numpy().T.tolist()))
+    return jnn.SAGPooling(ratio=ref.ratio), {"gnn": gnn}
+
+
+@pytest.mark.pyg
+@pytest.mark.parametrize("name,seed,ratio,ours", [("TopKPooling", 5, 0.6, _topk_from_pyg),
+                                                  ("SAGPooling", 7, 0.5, _sag_from_pyg)], ids=["topk", "sag"])
+def test_pooling_matches_pyg(name, seed, ratio, ours):
+    torch = pytest.importorskip("torch")
+    pyg_nn = pytest.importorskip("torch_geometric.nn")
+    graphs, padded = small_batch(seed)
+    torch.manual_seed(0)
+    ref = getattr(pyg_nn, name)(4, ratio=ratio)
+    x_ref, ei_ref = pyg_pool(ref, graphs)
+    module, params = ours(ref)
+    check_pooled_like_pyg(module.apply({"params": params}, padded), x_ref, ei_ref)
 
 
 def test_sag_pooling_keeps_dict_entries():
