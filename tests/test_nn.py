@@ -137,6 +137,36 @@ def test_backend_matches_reference_with_and_without_layout(name, backend):
     _assert_close(_run(name, backend, graph, params, mask, layout=layout), expected)
 
 
+def _float_leaves_tangent(tree, seed):
+    """A seeded random tangent for every floating leaf of ``tree`` (integer leaves: float0 zeros, as JAX wants)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    rng = np.random.default_rng(seed)
+    tangent = [jnp.asarray(rng.normal(size=np.shape(x)), x.dtype) if jnp.issubdtype(x.dtype, jnp.floating)
+               else np.zeros(np.shape(x), jax.dtypes.float0) for x in leaves]
+    return jax.tree_util.tree_unflatten(treedef, tangent)
+
+
+@pytest.mark.parametrize("name,backend", [
+    pytest.param(name, backend, id=f"{name}-{backend}", marks=[pytest.mark.slow] if backend != "xla" else [])
+    for name in sorted(CASES) for backend in ("xla", "pallas_interpret")])
+def test_forward_mode_matches_reference(name, backend):
+    """``jax.jvp`` through the layer, along random tangents of every parameter, node feature and edge feature,
+    equals the reference's (forward mode through every `jgnn.nn` layer; Pallas interpret in the slow tier)."""
+    graph = make_graph(CASES[name][1], seed=sum(map(ord, name)) + 1)
+    params = _params(name, graph)
+    inputs = (params, graph.nodes, graph.edges)
+    tangents = _float_leaves_tangent(inputs, seed=3)
+
+    def forward(backend):
+        module = CASES[name][0](backend)
+        return jax.jit(lambda p, nodes, edges: _features(module.apply(p, graph._replace(nodes=nodes, edges=edges))))
+
+    out, tangent_out = jax.jvp(forward(backend), inputs, tangents)
+    want, want_tangent = jax.jvp(forward("reference"), inputs, tangents)
+    assert np.all(np.isfinite(want_tangent)) and np.abs(want_tangent).max() > 1e-3
+    _assert_close((out, tangent_out), (want, want_tangent))
+
+
 @pytest.mark.parametrize("name", ["gcn", "gat", "rgcn", "cheb"])
 def test_padded_batches(name):
     """jraph padding: the padding graph changes nothing on real nodes, with a padded layout too."""
