@@ -687,6 +687,93 @@ def test_from_networkx_undirected_and_labels():
         D.from_networkx(ug, node_attrs="x")
 
 
+class _DGLEdges:
+    """DGL's ``g.edges``: called, the (src, dst) id tensors in edge-id order; indexed by type, a feature view."""
+
+    def __init__(self, index, data):
+        self._index, self._data = index, data
+
+    def __call__(self, *, order="eid", etype=None):
+        assert order == "eid"
+        src, dst = self._index[etype if etype is not None else next(iter(self._index))]
+        return src.astype(np.int64), dst.astype(np.int64)
+
+    def __getitem__(self, etype):
+        return type("EdgeSpace", (), {"data": self._data.get(etype, {})})()
+
+
+class FakeDGLGraph:
+    """The part of ``dgl.DGLGraph``'s public API the converters read (DGL is not a dependency), with DGL's
+    dtypes: int64 ids and counts, float64 features where a user left them so."""
+
+    def __init__(self, num_nodes, index, ndata=None, edata=None, batch=None):
+        self.ntypes = list(num_nodes)
+        self.canonical_etypes = list(index)
+        self._num = num_nodes
+        self.edges = _DGLEdges(index, edata or {})
+        self.nodes = {t: type("NodeSpace", (), {"data": (ndata or {}).get(t, {})})() for t in num_nodes}
+        homogeneous = len(num_nodes) == 1 and len(index) == 1
+        self.ndata = self.nodes[self.ntypes[0]].data if homogeneous else {}
+        self.edata = self.edges[self.canonical_etypes[0]].data if homogeneous else {}
+        self._batch = batch
+        self.batch_size = 1 if batch is None else len(batch[0])
+
+    def num_nodes(self, ntype=None):
+        return sum(self._num.values()) if ntype is None else self._num[ntype]
+
+    def batch_num_nodes(self):
+        return np.asarray(self._batch[0], np.int64)
+
+    def batch_num_edges(self):
+        return np.asarray(self._batch[1], np.int64)
+
+
+def test_from_dgl_homogeneous_and_batched():
+    rng = np.random.default_rng(3)
+    key = ("_N", "_E", "_N")
+    src = np.concatenate([rng.integers(0, 4, 6), 4 + rng.integers(0, 3, 5)])  # graph 0: nodes 0-3, graph 1: 4-6
+    dst = np.concatenate([rng.integers(0, 4, 6), 4 + rng.integers(0, 3, 5)])
+    feat, w = rng.normal(size=(7, 3)), rng.normal(size=(11, 2)).astype(np.float32)
+    g = FakeDGLGraph({"_N": 7}, {key: (src, dst)}, {"_N": {"feat": feat, "label": np.arange(7)}},
+                     {key: {"feat": w}}, batch=([4, 3], [6, 5]))
+    graph = D.from_dgl(g)
+    np.testing.assert_array_equal(graph.senders, src)
+    np.testing.assert_array_equal(graph.receivers, dst)
+    assert graph.senders.dtype == np.int32 and graph.nodes.dtype == np.float32
+    np.testing.assert_allclose(graph.nodes, feat.astype(np.float32))
+    np.testing.assert_array_equal(graph.edges, w)
+    assert graph.n_node.tolist() == [4, 3] and graph.n_edge.tolist() == [6, 5]
+    both = D.from_dgl(g, node_attrs=("feat", "label"), edge_attrs=())
+    assert set(both.nodes) == {"feat", "label"} and both.nodes["label"].dtype == np.int32 and both.edges is None
+    single = FakeDGLGraph({"_N": 7}, {key: (src, dst)})
+    assert D.from_dgl(single).nodes is None and D.from_dgl(single).n_node.tolist() == [7]
+    shuffled = FakeDGLGraph({"_N": 7}, {key: (src[::-1], dst[::-1])}, batch=([4, 3], [6, 5]))
+    with pytest.raises(ValueError, match="not grouped by graph"):
+        D.from_dgl(shuffled)
+    with pytest.raises(TypeError, match="must be a DGLGraph"):
+        D.from_dgl({"edges": []})
+
+
+def test_from_dgl_hetero_round_trips_through_the_typed_graph():
+    rng = np.random.default_rng(4)
+    num = {"author": 5, "paper": 6}
+    index = {("author", "writes", "paper"): (rng.integers(0, 5, 8), rng.integers(0, 6, 8)),
+             ("paper", "cites", "paper"): (rng.integers(0, 6, 4), rng.integers(0, 6, 4))}
+    feats = {"paper": {"feat": rng.normal(size=(6, 3))}}
+    edge_feats = {("paper", "cites", "paper"): {"feat": rng.normal(size=(4, 2)).astype(np.float32)}}
+    g = FakeDGLGraph(num, index, feats, edge_feats)
+    with pytest.raises(ValueError, match="from_dgl_hetero"):
+        D.from_dgl(g)
+    hg = D.from_dgl_hetero(g)
+    assert hg.num_nodes == num and list(hg.edge_index) == list(index)
+    for et, (s, d) in index.items():
+        np.testing.assert_array_equal(hg.edge_index[et], np.stack([s, d]))
+    assert set(hg.node_features) == {"paper"} and hg.node_features["paper"].dtype == np.float32
+    assert set(hg.edge_features) == {("paper", "cites", "paper")}
+    graph, schema = jgnn.hetero.to_typed_graph(hg)
+    assert schema.node_types == ("author", "paper") and graph.senders.shape == (12,)
+
+
 def test_dataset_is_frozen(data_dir):
     ds = D.load_planetoid("cora", root=data_dir)
     with pytest.raises(AttributeError):

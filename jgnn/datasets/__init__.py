@@ -3,7 +3,8 @@
 Loaders: Planetoid (node classification), AIFB/MUTAG (entity classification), KG link prediction sets,
 TUDataset graph classification (:func:`load_tu`), heterogeneous DBLP (:func:`load_hetero_dblp`, a
 :class:`jgnn.hetero.HeteroGraph`) and OGB directories. Converters: PyG ``edge_index``, scipy, networkx, PyG
-``Data``/``Batch`` (:func:`from_pyg`) and ``HeteroData`` (:func:`from_pyg_hetero`).
+``Data``/``Batch`` (:func:`from_pyg`) and ``HeteroData`` (:func:`from_pyg_hetero`), DGL graphs (:func:`from_dgl`,
+:func:`from_dgl_hetero`).
 
 Every loader returns host (NumPy) arrays inside a single-graph ``jraph.GraphsTuple`` with int32
 ``senders``/``receivers``; see :mod:`jgnn.datasets.types` for the containers and conventions and
@@ -11,7 +12,15 @@ Every loader returns host (NumPy) arrays inside a single-graph ``jraph.GraphsTup
 ``<repo>/../shared/data``, then a download into ``~/.cache/jgnn``).
 """
 from jgnn.datasets.cache import DatasetUnavailableError, data_dir, download, search_dirs
-from jgnn.datasets.convert import from_edge_index, from_networkx, from_pyg, from_pyg_hetero, from_scipy
+from jgnn.datasets.convert import (
+    from_dgl,
+    from_dgl_hetero,
+    from_edge_index,
+    from_networkx,
+    from_pyg,
+    from_pyg_hetero,
+    from_scipy,
+)
 from jgnn.datasets.hetero import HeteroNodeClassificationDataset, load_hetero_dblp
 from jgnn.datasets.ogb import load_ogb_directory
 from jgnn.datasets.planetoid import load_planetoid, parse_planetoid_raw, read_node_classification_npz
@@ -56,6 +65,8 @@ __all__ = [
     "download",
     "from_edge_index",
     "from_networkx",
+    "from_dgl",
+    "from_dgl_hetero",
     "from_pyg",
     "from_pyg_hetero",
     "from_scipy",

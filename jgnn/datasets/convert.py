@@ -247,3 +247,63 @@ def from_pyg_hetero(data):
     edge_features = {tuple(et): _numpy(data[et].edge_attr, "edge_attr") for et in data.edge_types
                      if getattr(data[et], "edge_attr", None) is not None}
     return HeteroGraph(num_nodes, edge_index, node_features, edge_features)
+
+
+def _dgl_fields(frame, names) -> dict | None:
+    """The named entries of a DGL feature frame (``g.ndata``, ``g.edata``, ``g.nodes[t].data``) as NumPy."""
+    out = {k: _numpy(frame[k], k) for k in names if k in frame}
+    return out or None
+
+
+def _single(fields, names):
+    """One requested name: its array itself (as `from_pyg` gives ``x``); several: the dict."""
+    return fields[names[0]] if fields is not None and len(names) == 1 else fields
+
+
+def from_dgl(g, *, node_attrs=("feat",), edge_attrs=("feat",)) -> jraph.GraphsTuple:
+    """Build a graph from a homogeneous DGL graph, or a batch of them (``dgl.batch``: ``n_node``/``n_edge`` [G]).
+
+    Edges keep DGL's edge-id order (``g.edges(order="eid")``). ``nodes`` is ``g.ndata["feat"]`` [N, F] with the
+    default ``node_attrs`` (``None`` without it), else a dict of the named ``g.ndata`` entries; ``edges``
+    likewise from ``g.edata``. Float64 becomes float32 and int64 features int32. DGL need not be installed:
+    ``g`` is read through its public API (``num_nodes``, ``edges``, ``ndata``, ``edata``, ``batch_num_nodes``).
+    """
+    if not all(hasattr(g, a) for a in ("edges", "ndata", "edata", "num_nodes")):
+        raise TypeError(f"g must be a DGLGraph, got {type(g).__name__}")
+    if len(getattr(g, "ntypes", ("_N",))) != 1 or len(getattr(g, "canonical_etypes", ((None,) * 3,))) != 1:
+        raise ValueError("from_dgl: g is heterogeneous (several node or edge types); use from_dgl_hetero")
+    src, dst = (_numpy(a, "edge_index") for a in g.edges(order="eid"))
+    node_attrs, edge_attrs = tuple(node_attrs), tuple(edge_attrs)
+    graph = from_edge_index(np.stack([src, dst]), int(g.num_nodes()),
+                            nodes=_single(_dgl_fields(g.ndata, node_attrs), node_attrs),
+                            edges=_single(_dgl_fields(g.edata, edge_attrs), edge_attrs))
+    if int(getattr(g, "batch_size", 1)) == 1:
+        return graph
+    n_node = _numpy(g.batch_num_nodes(), "n_node").astype(np.int32)
+    n_edge = _numpy(g.batch_num_edges(), "n_edge").astype(np.int32)
+    edge_graph = np.repeat(np.arange(n_node.shape[0]), n_node)[graph.senders]
+    if np.any(np.diff(edge_graph) < 0) or not np.array_equal(np.bincount(edge_graph, minlength=n_node.shape[0]),
+                                                             n_edge):
+        raise ValueError("from_dgl: the batch's edges are not grouped by graph as batch_num_edges() says")
+    return graph._replace(n_node=n_node, n_edge=n_edge)
+
+
+def from_dgl_hetero(g, *, node_attr: str = "feat", edge_attr: str = "feat"):
+    """Build a :class:`jgnn.hetero.HeteroGraph` from a heterogeneous DGL graph.
+
+    Node types keep ``g.ntypes`` order and edge types ``g.canonical_etypes`` order (``(src, relation, dst)``,
+    the HeteroGraph keys); ``node_attr`` of each node type and ``edge_attr`` of each edge type become the
+    features. Read through DGL's public API, as `from_dgl`.
+    """
+    from jgnn.hetero import HeteroGraph
+
+    if not hasattr(g, "ntypes") or not hasattr(g, "canonical_etypes"):
+        raise TypeError(f"g must be a DGLGraph, got {type(g).__name__}")
+    num_nodes = {t: int(g.num_nodes(t)) for t in g.ntypes}
+    edge_index = {tuple(et): np.stack([_numpy(a, "edge_index") for a in g.edges(etype=tuple(et), order="eid")])
+                  for et in g.canonical_etypes}
+    node_features = {t: _numpy(g.nodes[t].data[node_attr], node_attr) for t in g.ntypes
+                     if node_attr in g.nodes[t].data}
+    edge_features = {tuple(et): _numpy(g.edges[tuple(et)].data[edge_attr], edge_attr) for et in g.canonical_etypes
+                     if edge_attr in g.edges[tuple(et)].data}
+    return HeteroGraph(num_nodes, edge_index, node_features, edge_features)
