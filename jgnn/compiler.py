@@ -31,7 +31,7 @@ import jraph
 import numpy as np
 
 from jgnn import analysis as analysis_lib
-from jgnn import bucketing, facts, ir
+from jgnn import bucketing, emit, facts, ir
 from jgnn import layout as layout_lib
 from jgnn import remat as remat_lib
 from jgnn.report import CacheStats, EquationRecord, Report
@@ -227,7 +227,8 @@ def _trace(fn: Callable, flat: Flat):
 
     # The arguments themselves, not their shapes: their abstract values carry what an enclosing shard_map knows
     # (which mesh axes each varies over), so the trace has the same casts a direct call would.
-    return jax.make_jaxpr(flat_fn, return_shape=True)(*flat.arrays)
+    with emit.tracing_for_analysis():
+        return jax.make_jaxpr(flat_fn, return_shape=True)(*flat.arrays)
 
 
 def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layouts) -> Plan:
@@ -271,7 +272,11 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
         names = remat_lib.value_names(program, analysis)
         policy = remat_lib.resolve(remat)[1]
         report.remat.append(remat_lib.record(remat, names, report))
-    run = jax.jit(functools.partial(_evaluate, program, names, policy))
+    # Two jitted programs: as XLA gets it (`jgnn.emit`'s rules), and as an enclosing jgnn trace reads it; the jit
+    # cache would otherwise hand a later outer trace the emitted form.
+    emitted, as_traced = (jax.jit(functools.partial(_evaluate, program, names, policy, rules))
+                          for rules in (True, False))
+    run = lambda *flat: (as_traced if emit.analysing() else emitted)(*flat)  # noqa: E731
     inputs = {v.id for v in traced.program.inputs}
     out_rows = [(analysis.of(a).residency, analysis.of(a).graph, isinstance(a, ir.Value) and a.id in inputs)
                 for a in traced.program.outputs]
@@ -289,8 +294,8 @@ def _nested_kernels(program: ir.Program, report: Report) -> None:
             lowering.record(report, spec, [a.aval for a in op.inputs[2:2 + len(spec.groups)]], nested=True)
 
 
-def _evaluate(program: ir.Program, names: dict, policy, *flat):
-    return remat_lib.evaluate(program, list(flat), names, policy)
+def _evaluate(program: ir.Program, names: dict, policy, rules: bool, *flat):
+    return remat_lib.evaluate(program, list(flat), names, policy, emit.run if rules else None)
 
 
 class Compiled:

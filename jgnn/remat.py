@@ -100,12 +100,14 @@ def record(remat: Any, names: dict[int, str], report: Report) -> RematRecord:
                        layout_would_compact=layout_would_compact)
 
 
-def evaluate(program: ir.Program, args, names: dict[int, str], policy: Callable | None):
-    """`ir.evaluate` with every named value tagged, under ``jax.checkpoint(policy)`` when one is given."""
+def evaluate(program: ir.Program, args, names: dict[int, str], policy: Callable | None, run=None):
+    """`ir.evaluate` with every named value tagged, under ``jax.checkpoint(policy)`` when one is given; ``run`` as
+    `ir.evaluate`'s (`jgnn.emit.run`)."""
     if policy is None:
-        return ir.evaluate(program, args)
+        return ir.evaluate(program, args, run=run)
 
     def tagged(*xs):
-        return ir.evaluate(program, xs, tag=lambda v, x: checkpoint_name(x, names[v.id]) if v.id in names else x)
+        return ir.evaluate(program, xs, tag=lambda v, x: checkpoint_name(x, names[v.id]) if v.id in names else x,
+                           run=run)
 
     return jax.checkpoint(tagged, policy=policy)(*args)

@@ -207,3 +207,45 @@ def test_buckets_pad_and_cut_back():
 
     with pytest.raises(ValueError, match="buckets"):
         jgnn.compile(total, backend="xla", buckets="pow2")(random_graph(rng, 10, 30, 5))
+
+
+def test_appended_loop_ids_are_emitted_as_update_slices_and_analysed_as_a_concatenation():
+    """`jgnn.emit`: the program XLA compiles writes the self-loop ids a GCN layer appends with
+    dynamic_update_slice (measured faster on XLA:CPU); a jgnn trace of the same layer (here `explain` of a module
+    that calls it) still reads the concatenation, so nothing falls back and the loop facts still hold."""
+    import flax.linen as fnn
+
+    rng = np.random.default_rng(11)
+    n, e = 9, 20
+    graph = jraph.GraphsTuple(nodes=jnp.asarray(rng.normal(size=(n, 3)), jnp.float32), edges=None,
+                              senders=jnp.asarray(rng.integers(0, n, e), jnp.int32),
+                              receivers=jnp.asarray(rng.integers(0, n, e), jnp.int32), n_node=jnp.asarray([n]),
+                              n_edge=jnp.asarray([e]), globals=None)
+
+    class Model(fnn.Module):
+        @fnn.compact
+        def __call__(self, g):
+            return jnn.GCNConv(4, backend="xla")(g).nodes
+
+    model = Model()
+    params = model.init(jax.random.key(0), graph)
+    def equations(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn
+            for sub in eqn.params.values():
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from equations(inner)
+
+    def id_arrays(eqns, name):  # 1-D integer results of ``name``: the edge ids
+        return [e for e in eqns if e.primitive.name == name and e.outvars[0].aval.ndim == 1
+                and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.integer)]
+
+    eqns = list(equations(jax.make_jaxpr(model.apply)(params, graph).jaxpr))
+    assert id_arrays(eqns, "dynamic_update_slice") and not id_arrays(eqns, "concatenate")
+    report = jgnn.explain(model, params, graph)
+    assert not report.fallbacks
+    assert "concatenate" in {rec.primitive for rec in report.equations}
+    reference = jnn.GCNConv(4, backend="reference")
+    np.testing.assert_allclose(model.apply(params, graph), reference.apply({"params": params["params"]["GCNConv_0"]},
+                                                                           graph).nodes, rtol=1e-5, atol=1e-6)
