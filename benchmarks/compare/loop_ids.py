@@ -11,24 +11,8 @@ import jax
 import numpy as np
 
 from benchmarks.compare import cases, systems
-from benchmarks.compare.runner import step
+from benchmarks.compare.profile import compiled_step
 from jgnn import emit
-
-
-def _compiled(system: str, case, problem, params, train: bool):
-    forward, consts, q = systems.program(system, case.model, problem, params)
-    fn, state, donate = step(forward, systems.fresh(q), jax.device_put(problem.labels),
-                             jax.device_put(problem.train_idx), train=train)
-    consts = jax.device_put(consts)
-    compiled = jax.jit(fn, donate_argnums=donate).lower(*state, *consts).compile()
-
-    def call():
-        out = jax.block_until_ready(compiled(*state, *consts))
-        if train:
-            state[:] = out[:2]
-        return out
-
-    return call
 
 
 def main() -> None:
@@ -45,7 +29,7 @@ def main() -> None:
         emit.RULES.update(rules if variant == "update_slices" else {})
         jax.clear_caches()
         for mode in ("forward", "step"):
-            calls[(variant, mode)] = _compiled(system, case, problem, params, mode == "step")
+            _, calls[(variant, mode)] = compiled_step(system, case, problem, params, train=mode == "step")
             if mode == "forward":
                 logits[variant] = np.asarray(calls[(variant, mode)]())
     emit.RULES.update(rules)

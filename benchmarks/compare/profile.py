@@ -79,7 +79,9 @@ def _set_budget(value: str | None) -> None:
         os.environ[BUDGET_VAR] = value
 
 
-def _compile(system: str, case, problem, params, *, train: bool):
+def compiled_step(system: str, case, problem, params, *, train: bool):
+    """``(compiled, call)``: ``system``'s training step (or forward) for ``case``, compiled; ``call()`` runs it once
+    and returns its outputs (a step also updates its own parameters and optimizer state)."""
     forward, consts, q = systems.program(system, case.model, problem, params)
     fn, state, donate = step(forward, systems.fresh(q), jax.device_put(problem.labels),
                              jax.device_put(problem.train_idx), train=train)
@@ -90,6 +92,7 @@ def _compile(system: str, case, problem, params, *, train: bool):
         out = jax.block_until_ready(compiled(*state, *consts))
         if train:
             state[:] = out[:2]
+        return out
 
     return compiled, call
 
@@ -114,7 +117,7 @@ def profile_case(key: str, out: pathlib.Path, repeats: int, budgets: list[int] =
                 continue
             _set_budget(default if budget is None else str(budget))
             jax.clear_caches()  # lowering decides blocks or segments: lower again under this budget
-            compiled, calls[(system, mode)] = _compile(base, case, problem, params, train=train)
+            compiled, calls[(system, mode)] = compiled_step(base, case, problem, params, train=train)
             if repeats:
                 calls[(system, mode)]()  # warm
             text = compiled.as_text()
