@@ -86,3 +86,12 @@ def test_logits_that_disagree_make_an_inference_row_an_error():
     assert errors["hand"]["logits"] == 0.0
     assert errors["off"]["logits"] == pytest.approx(1e-3, rel=1e-3)
     assert measure.disagreement(errors["off"]).startswith("error:")
+
+
+def test_loop_ids_probe_runs_and_both_emissions_agree(capsys):
+    from benchmarks.compare import loop_ids
+
+    loop_ids.main(["gcn/rmat-600/train", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "concatenate vs update_slices: 0.0e+00" in out
+    assert sum(line.split()[0] in ("concatenate", "update_slices", "hand") for line in out.splitlines()) == 6

@@ -15,24 +15,27 @@ from benchmarks.compare.profile import compiled_step
 from jgnn import emit
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("case", nargs="?", default="gcn/amazon_computers/train")
     ap.add_argument("--rounds", type=int, default=20)
-    args = ap.parse_args()
-    case = next(c for c in cases.CPU if c.key == args.case)
+    args = ap.parse_args(argv)
+    case = next(c for c in cases.CPU + cases.QUICK if c.key == args.case)
     problem = case.load()
     params = systems.initial_params(case.model, problem)
     rules, calls, logits = dict(emit.RULES), {}, {}
-    for variant, system in (("concatenate", "jgnn"), ("update_slices", "jgnn"), ("hand", "hand")):
+    try:
+        for variant, system in (("concatenate", "jgnn"), ("update_slices", "jgnn"), ("hand", "hand")):
+            emit.RULES.clear()
+            emit.RULES.update(rules if variant == "update_slices" else {})
+            jax.clear_caches()  # compile afresh under these rules
+            for mode in ("forward", "step"):
+                _, calls[(variant, mode)] = compiled_step(system, case, problem, params, train=mode == "step")
+                if mode == "forward":
+                    logits[variant] = np.asarray(calls[(variant, mode)]())
+    finally:
         emit.RULES.clear()
-        emit.RULES.update(rules if variant == "update_slices" else {})
-        jax.clear_caches()
-        for mode in ("forward", "step"):
-            _, calls[(variant, mode)] = compiled_step(system, case, problem, params, train=mode == "step")
-            if mode == "forward":
-                logits[variant] = np.asarray(calls[(variant, mode)]())
-    emit.RULES.update(rules)
+        emit.RULES.update(rules)
     print(f"max |logits difference| concatenate vs update_slices: "
           f"{float(np.abs(logits['concatenate'] - logits['update_slices']).max()):.1e}")
     times = {k: [] for k in calls}
