@@ -90,6 +90,7 @@ class Reason(enum.StrEnum):
     TYPED_MATMUL_KERNEL = "typed_matmul_kernel"
     TYPED_MATMUL_RAGGED_DOT = "typed_matmul_ragged_dot"
     TYPED_MATMUL_PER_HEAD = "typed_matmul_per_head"
+    TYPED_MATMUL_XLA_DTYPE = "typed_matmul_xla_dtype"
     CSR_FROM_LAYOUT = "csr_from_layout"
     CSR_SORTED_IN_PROGRAM = "csr_sorted_in_program"
     # analysis / fallback
@@ -183,6 +184,8 @@ MESSAGES: dict[Reason, str] = {
                                     "{dtype})",
     Reason.TYPED_MATMUL_PER_HEAD: "typed matmul: XLA per-row products (per-head tables; the kernel multiplies "
                                   "2-D rows)",
+    Reason.TYPED_MATMUL_XLA_DTYPE: "typed matmul: XLA blocked GEMMs (neither the kernel nor ragged_dot takes "
+                                   "{dtype})",
     Reason.CSR_FROM_LAYOUT: "CSR from the GraphLayout passed in",
     Reason.CSR_SORTED_IN_PROGRAM: "CSR sorted inside the program (pass a GraphLayout to sort once on the host)",
     Reason.DATA_DEPENDENT_GATHER: "gather with data-dependent indices (not derived from the graph's index arrays)",

@@ -4,6 +4,7 @@ backend, and the kernel records that say so."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -378,3 +379,31 @@ def test_without_dead_code_keeps_what_a_function_computes():
     assert pk_compat.odd_sized_value(jax.make_jaxpr(pruned)(*args)) is None
     g = lambda f: jax.grad(lambda t: jnp.sum(f((t, args[0][1]), args[1])["y"]))(args[0][0])
     np.testing.assert_array_equal(g(pruned), g(body))
+
+
+def test_a_complex_typed_matmul_on_the_pallas_backend_lowers_for_cuda_on_xla_gemms():
+    """complex64 ``x @ W[type]`` on the Pallas backend: neither the Triton kernel nor ragged_dot (JAX 0.10.2
+    segfaulted serialising ragged_dot of complex64 lowered for CUDA: fuzz campaign 20261128, chunk 20261131) runs
+    it; XLA's blocked GEMMs do, `explain` says so, and the training step exports for CUDA."""
+    from pallas_kernels import compat
+
+    rng = np.random.default_rng(SEED)
+    n, e = 6, 12
+    x = jnp.asarray(rng.normal(size=(n, 4)) + 1j * rng.normal(size=(n, 4)), jnp.complex64)
+    w = jnp.asarray(rng.normal(size=(3, 4, 4)) + 1j * rng.normal(size=(3, 4, 4)), jnp.complex64)
+    graph = random_graph(rng, n, e, 4, node_types=3)._replace(edges=None)
+
+    def phi(s, d, edge):
+        return s["h"] @ w[s["type"]]
+
+    layer, ref = (jgnn.message_passing(phi, lambda mb, node: jgnn.sum(jnp.tanh(mb)), None, backend=b)
+                  for b in ("pallas", "reference"))
+    run = lambda f, h: f(graph._replace(nodes={"h": h, "type": graph.nodes["type"]})).nodes  # noqa: E731
+    step = lambda h, ct: jax.vjp(lambda h: run(layer, h), h)[1](ct)  # noqa: E731
+    mlir = compat.export_cuda_mlir(step, x, x)
+    assert not re.search(r"\b\w+\.ragged_dot\b", mlir)  # no (stable|c)hlo.ragged_dot op
+    records = [k for k in jgnn.explain(layer, graph._replace(nodes={"h": x, "type": graph.nodes["type"]})).kernels
+               if k.op == "typed_matmul"]
+    assert [(k.lowering, k.code) for k in records] == [("xla_blocks", Reason.TYPED_MATMUL_XLA_DTYPE)]
+    interpret = jgnn.message_passing(phi, lambda mb, node: jgnn.sum(jnp.tanh(mb)), None, backend="pallas_interpret")
+    np.testing.assert_allclose(run(interpret, x), run(ref, x), rtol=1e-5, atol=1e-5)

@@ -173,8 +173,10 @@ def _blocked_matmul(x, table, position, block_type, block: int):
 #: (None: XLA's per-row products, `reference`) and the report's reason code.
 PALLAS_ENGINES: dict[str, tuple[str | None, Reason]] = {
     "triton_kernel": ("pallas", Reason.TYPED_MATMUL_KERNEL),
-    "ragged_dot": ("ragged_dot", Reason.TYPED_MATMUL_RAGGED_DOT),  # for types the kernel does not take
+    "ragged_dot": ("ragged_dot", Reason.TYPED_MATMUL_RAGGED_DOT),  # for real types the kernel does not take
     "reference": (None, Reason.TYPED_MATMUL_PER_HEAD),  # per-head tables: the kernel multiplies 2-D rows only
+    # complex: JAX 0.10.2 segfaults serialising ragged_dot of complex64 lowered for CUDA (fuzz campaign 20261128)
+    "xla_blocks": (None, Reason.TYPED_MATMUL_XLA_DTYPE),
 }
 
 
@@ -185,7 +187,10 @@ def pallas_engine(x, table) -> str:
 
     if _heads(x):
         return "reference"
-    impl = pk.auto_impl(jnp.result_type(x.dtype, table.dtype))
+    dtype = jnp.result_type(x.dtype, table.dtype)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return "xla_blocks"
+    impl = pk.auto_impl(dtype)
     return next(engine for engine, (kernel_impl, _) in PALLAS_ENGINES.items() if kernel_impl == impl)
 
 
@@ -207,10 +212,13 @@ def _pallas(x, table, types, *, backend: str, block: int, groups: tuple = (), **
     kernel does not take (per head) run as `static_groups` where the runs are known, else per row."""
     import pallas_kernels as pk
 
-    kernel_impl = PALLAS_ENGINES[pallas_engine(x, table)][0]
+    engine = pallas_engine(x, table)
+    kernel_impl = PALLAS_ENGINES[engine][0]
     num_types, dtype = table.shape[0], jnp.result_type(x, table)
     if kernel_impl is None:
-        return static_groups(x, table, types, groups=groups, block=block) if groups else reference(x, table, types)
+        if groups:
+            return static_groups(x, table, types, groups=groups, block=block)
+        return (sorted_blocks if engine == "xla_blocks" else reference)(x, table, types, block=block)
     interpret = eo.INTERPRET[backend]
     if groups:
         _check_runs(groups, x.shape[0])
