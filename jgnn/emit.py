@@ -3,9 +3,11 @@ value. Rules are keyed by primitive; every other op binds its primitive (`jgnn.i
 
 * ``concatenate`` of 1-D integer arrays (the ids a layer extends with ``arange(N)`` when it appends a self-loop
   per node, `jgnn.layout.append_self_loops`): written as ``dynamic_update_slice``s into one buffer. On XLA:CPU
-  (jax 0.10.2) the concatenated ids made GCN's forward on Amazon Computers (492k edges + 13.8k loops) about
-  20 % slower than the same ids passed in (interleaved runs: 160 ms median against 129 ms with the update
-  slices, hand-written 111 ms; `python -m benchmarks.compare.loop_ids`); the update slices are not.
+  (jax 0.10.2, 2 cores) GCN on Amazon Computers (492k edges + 13.8k loops) ran its forward in 76.9 ms median with
+  the concatenation and 66.0 ms with the update slices (hand-written: 57.9), its training step in 100.1 and
+  97.4 ms (87.4); GAT on Pubmed's step 97.4 and 93.2 ms (83.5) (`python -m benchmarks.compare.loop_ids`,
+  `benchmarks/results/cpu-loop-ids-2026-11-27.md`). The HLO is the same but for those ops; why XLA's
+  concatenation costs more here was not found.
   The analysis and every pass still see the ``concatenate`` (it tells them the ids append ``arange(N)``).
 
 While jgnn traces a function to analyse it (`tracing_for_analysis`), an inner compiled layer runs the program

@@ -280,6 +280,7 @@ def test_explain_names_the_engine_the_pallas_backend_runs(dtype, heads, code):
         records = [k for k in jgnn.explain(layer, graph).kernels if k.op == "typed_matmul"]
         assert [(k.lowering, k.code) for k in records] == [(tm.pallas_engine(jnp.zeros((1, *heads, 6), dtype), w),
                                                             Reason(code))]
-        assert records[0].lowering == {"typed_matmul_kernel": "triton_kernel", "typed_matmul_ragged_dot": "ragged_dot",
-                                       "typed_matmul_per_head": "reference", "typed_matmul_xla_dtype": "xla_blocks"}[code]
+        engines = {"typed_matmul_kernel": "triton_kernel", "typed_matmul_ragged_dot": "ragged_dot",
+                   "typed_matmul_per_head": "reference", "typed_matmul_xla_dtype": "xla_blocks"}
+        assert records[0].lowering == engines[code]
         np.testing.assert_allclose(layer(graph).nodes["h"], ref(graph).nodes["h"], rtol=1e-5, atol=1e-5)
