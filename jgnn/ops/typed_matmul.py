@@ -11,7 +11,8 @@
   pairs): a GEMM per run on static slices, or for many runs ``sorted_blocks`` with slots computed on the host;
   no sort in the program;
 * ``pallas``: `pallas_kernels.typed_matmul`; with static runs (``groups``), each run is one of its groups, no
-  sort either.
+  sort either. Its engine (`pallas_engine`, named in `explain`) is the Triton kernel for 16- and 32-bit floats,
+  ``ragged_dot`` for float64, XLA's per-row products for per-head tables and ``sorted_blocks`` for complex types.
 
 The reference (the semantics) is the per-row product with the gathered weights. Derivatives are those of the
 chosen implementation (``jax.jvp`` of it; JAX transposes its ops), so no hand-written VJP.
