@@ -104,25 +104,56 @@ def _transpose(ct, *args, spec: eo.EdgeSpec, slots):
         keep = [(ids >= 0) & (ids < spec.num_segments)]
     groups = lambda extra: (row,) * len(extra) + (Group.EDGE,) * masked
 
-    def sums(centred, extra):
+    def sums_spec(centred, extra):
         fn = ef.SoftmaxRowDot(spec.fn, centred, masked)
-        new = eo.derived(spec, fn, groups(extra), reduce=eo.Reduce.SUM, raw_over=False)
-        return eo.bind_pruned(new, src_ids, dst_ids, [*operands, *extra, *keep], layout)
+        return eo.derived(spec, fn, groups(extra), reduce=eo.Reduce.SUM, raw_over=False)
 
-    (r,) = sums(False, (m, l, ct))
-    c, k = sums(True, (m, l, ct, r))
-    extra = (m, l, ct, r, c, k)
+    stats = jax.ShapeDtypeStruct(m.shape, m.dtype)  # stand-ins for r, c and k: a row statistic's shape
+    row_sums, centred = (m, l, ct), (m, l, ct, stats)
+    pulled = (m, l, ct, stats, stats, stats)
+    planned = [(sums_spec(False, row_sums), row_sums), (sums_spec(True, centred), centred)]
     base = ef.SoftmaxVjp(spec.fn, slots, masked)
+    owners = []  # the tangent indices each pullback gives
     for group in dict.fromkeys(spec.groups[slots[i]] for i in undefined):
         mine = [i for i in undefined if spec.groups[slots[i]] == group]
         rows = {Group.SRC: Group.SRC, Group.DST: Group.DST, Group.EDGE: Group.EDGE, Group.SHARED: Group.ALL}[group]
         n = tangents[mine[0]].aval.shape[0] if rows in (Group.SRC, Group.DST) else spec.num_segments
-        new = eo.derived(spec, ef.Pick(base, tuple(mine)), groups(extra), over=rows, num_segments=n,
-                         reduce=eo.Reduce.NONE if rows == Group.EDGE else eo.Reduce.SUM, raw_over=False)
-        outs = eo.bind_pruned(new, src_ids, dst_ids, [*operands, *extra, *keep], layout)
+        planned.append((eo.derived(spec, ef.Pick(base, tuple(mine)), groups(pulled), over=rows, num_segments=n,
+                                   reduce=eo.Reduce.NONE if rows == Group.EDGE else eo.Reduce.SUM, raw_over=False),
+                        pulled))
+        owners.append(mine)
+    backend = _one_lowering(planned, operands, keep)
+
+    def bind(new, extra):
+        return eo.bind_pruned(new.replace(backend=backend), src_ids, dst_ids, [*operands, *extra, *keep], layout)
+
+    (r,) = bind(planned[0][0], (m, l, ct))
+    c, k = bind(planned[1][0], (m, l, ct, r))
+    extra = (m, l, ct, r, c, k)
+    for (new, _), mine in zip(planned[2:], owners, strict=True):
+        outs = bind(new, extra)
         for i, o in zip(mine, outs, strict=True):
             result[2 + len(operands) + i] = o.astype(tangents[i].aval.dtype)
     return result
+
+
+def _one_lowering(planned, operands, keep) -> str:
+    """The backend every op of one softmax backward runs on: its own, unless some of its ops would run as Pallas
+    kernels and others on XLA. Each recomputes the values ``V_e``, and the score cotangent ``α_e (g·V_e − R_v)``
+    cancels one op's ``V_e`` against another's ``R_v``: a kernel tile and an XLA fusion round them differently, and
+    at large magnitudes what is left is far from 0 (fuzz campaign 20261128: ``jraph.GAT`` at 1e19 gave gradients
+    1e11 times too large). Then all of them run on XLA."""
+    from jgnn.ops import lowering
+
+    spec0 = planned[0][0]
+    if spec0.backend == "xla":
+        return spec0.backend
+    avals = lambda xs: [jax.ShapeDtypeStruct(jax.numpy.shape(x), x.dtype) for x in xs]  # noqa: E731
+    impls = set()
+    for new, extra in planned:
+        pruned, kept = eo.pruned(new, [*operands, *extra, *keep])
+        impls.add(lowering.decide(pruned, avals(kept)).impl == "kernel")
+    return "xla" if len(impls) > 1 else spec0.backend
 
 
 def _batch(args, dims, *, spec: eo.EdgeSpec, slots):

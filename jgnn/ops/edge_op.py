@@ -270,8 +270,9 @@ def _segment_hits(spec: EdgeSpec, hit, src_ids, dst_ids, dtype):
     return jax.ops.segment_sum(hit.astype(dtype), rows, spec.num_segments)
 
 
-def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
-    """Bind a derived edge op, dropping the operands its edge function never reads."""
+def pruned(spec: EdgeSpec, operands) -> tuple[EdgeSpec, list]:
+    """A derived edge op without the operands its edge function never reads: (its spec, the operands it keeps).
+    ``operands`` may be arrays or shape/dtype stand-ins."""
     shapes = tuple(_trailing(jax.ShapeDtypeStruct(np.shape(x), x.dtype) if not hasattr(x, "aval") else
                              x.aval, g) for x, g in zip(operands, spec.groups, strict=True))
     whole = tuple(g == Group.SHARED for g in spec.groups)
@@ -280,11 +281,17 @@ def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
     if rowwise and not any(used[k] for k in rowwise):
         used[rowwise[0]] = True  # one operand with rows tells the edge function how many edges a block has
     if all(used) or not any(used):
-        return _bind(src_ids, dst_ids, *operands, *layout, spec=spec)
+        return spec, list(operands)
     fn = ef.Pruned(spec.fn, tuple(used), shapes, whole)
     kept = [x for x, u in zip(operands, used, strict=True) if u]
     groups = tuple(g for g, u in zip(spec.groups, used, strict=True) if u)
-    return _bind(src_ids, dst_ids, *kept, *layout, spec=spec.replace(fn=fn, groups=groups))
+    return spec.replace(fn=fn, groups=groups), kept
+
+
+def bind_pruned(spec: EdgeSpec, src_ids, dst_ids, operands, layout) -> list:
+    """Bind a derived edge op, dropping the operands its edge function never reads."""
+    spec, kept = pruned(spec, operands)
+    return _bind(src_ids, dst_ids, *kept, *layout, spec=spec)
 
 
 def row_group(spec: EdgeSpec) -> Group:

@@ -17,10 +17,10 @@ from tests.fuzz.graphs import GraphSpec, Pattern, Signature, ValueSpec
 from tests.fuzz.strategies import Case
 
 
-def _jraph_gat() -> pg.Program:
-    """`strategies.gat_programs` with width 8, 2 heads of 4, no bias and no mask."""
+def _jraph_gat(width: int = 8, head_width: int = 4) -> pg.Program:
+    """`strategies.gat_programs` with features of ``width``, 2 heads of ``head_width``, no bias and no mask."""
     lines = [
-        'query = lambda x: (x @ P["W0"]).reshape(x.shape[0], 2, 4)',
+        f'query = lambda x: (x @ P["W0"]).reshape(x.shape[0], 2, {head_width})',
         'logit = lambda sent, received, edges: jax.nn.leaky_relu(jnp.sum(sent * P["W1"] + received * P["W2"], '
         '-1), 0.2)[..., None]',
         "update = lambda x: jax.nn.elu(x.reshape(x.shape[0], -1))",
@@ -29,9 +29,9 @@ def _jraph_gat() -> pg.Program:
     fn = pg.function("fn", "graph, P", lines, '{"h": out.nodes}')
     body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
     source = pg.function("model", "backend, inputs, params", body, "compiled(inputs['graph'], params)")
-    sig = Signature(node_feats=(("h", (8,)),), edge_feats=(("m", ()),))
-    return pg.Program("jraph_gat", source, sig, (("W0", (8, 8)), ("W1", (2, 4)), ("W2", (2, 4))),
-                      frozenset({"jraph_gat"}))
+    sig = Signature(node_feats=(("h", (width,)),), edge_feats=(("m", ()),))
+    return pg.Program("jraph_gat", source, sig, (("W0", (width, 2 * head_width)), ("W1", (2, head_width)),
+                                                 ("W2", (2, head_width))), frozenset({"jraph_gat"}))
 
 
 def _typed_chain_max() -> pg.Program:
@@ -93,6 +93,15 @@ CASES = {
                                      ValueSpec(65535, "huge", ())),
     # Campaign 20261124: negative ids with float32 features near 1e19. The reference's reverse mode gave NaN
     # (0 · inf on an edge that jraph's softmax computes and its segment_sum drops); jgnn equals ``ctᵀ J``.
+    # Campaign 20261128 (chunk 20261131, batch 39): float32 features near 1e19 on a sparse graph; pallas_interpret's
+    # gradients 1e11 times the reference's. The backward ran its row sums and src/dst pullbacks as kernels and the
+    # shared weights' pullback on XLA, whose recomputed values rounded apart, so the score cotangent did not cancel.
+    # `attention_tangent._one_lowering` now runs every op of such a backward on XLA.
+    "gat_mixed_lowerings_grad": Case(_jraph_gat(3, 1), "float32", GraphSpec("sparse", frozenset({"isolated"}), 261),
+                                     ValueSpec(65536, "huge", ())),
+    "gat_mixed_lowerings_sorted_grad": Case(_jraph_gat(3, 1), "float32",
+                                            GraphSpec("sparse", frozenset({"sorted"}), 57349),
+                                            ValueSpec(3492, "huge", ())),
     "gat_negative_ids_grad": Case(_jraph_gat(), "float32", GraphSpec("small", frozenset({"isolated", "negative"}), 0),
                                   ValueSpec(0, "huge", ())),
     # Campaign 20261126 (118 of 1,500 cases): -inf in a few features before a reassociated typed chain. The
