@@ -91,7 +91,6 @@ def extend_edges(edges, loop_edges):
         lambda e, l: jnp.concatenate([e, jnp.asarray(l).astype(e.dtype)]), edges, loop_edges)
 
 
-
 def _every_node(ids: np.ndarray, n: int) -> bool:
     """Whether every id in [0, n) occurs in ``ids`` (ids outside that range read no row of their own)."""
     inside = ids[(ids >= 0) & (ids < n)]

@@ -196,7 +196,8 @@ def _numpy(tensor, what: str) -> np.ndarray:
     return arr
 
 
-def _pyg_fields(store, names) -> dict | None:
+def _named_fields(store, names) -> dict | None:
+    """The named, present entries of a feature store (a PyG ``Data``, a DGL ``ndata``/``edata``) as NumPy."""
     out = {k: _numpy(store[k], k) for k in names if k in store and store[k] is not None}
     return out or None
 
@@ -211,8 +212,8 @@ def from_pyg(data, *, node_attrs=("x",), edge_attrs=("edge_attr",)) -> jraph.Gra
     if not hasattr(data, "edge_index"):
         raise TypeError(f"data must be a torch_geometric Data, got {type(data).__name__}")
     num_nodes = int(data.num_nodes)
-    nodes = _pyg_fields(data, node_attrs)
-    edges = _pyg_fields(data, edge_attrs)
+    nodes = _named_fields(data, node_attrs)
+    edges = _named_fields(data, edge_attrs)
     if tuple(node_attrs) == ("x",) and nodes is not None:
         nodes = nodes["x"]
     if tuple(edge_attrs) == ("edge_attr",) and edges is not None:
@@ -249,12 +250,6 @@ def from_pyg_hetero(data):
     return HeteroGraph(num_nodes, edge_index, node_features, edge_features)
 
 
-def _dgl_fields(frame, names) -> dict | None:
-    """The named entries of a DGL feature frame (``g.ndata``, ``g.edata``, ``g.nodes[t].data``) as NumPy."""
-    out = {k: _numpy(frame[k], k) for k in names if k in frame}
-    return out or None
-
-
 def _single(fields, names):
     """One requested name: its array itself (as `from_pyg` gives ``x``); several: the dict."""
     return fields[names[0]] if fields is not None and len(names) == 1 else fields
@@ -275,8 +270,8 @@ def from_dgl(g, *, node_attrs=("feat",), edge_attrs=("feat",)) -> jraph.GraphsTu
     src, dst = (_numpy(a, "edge_index") for a in g.edges(order="eid"))
     node_attrs, edge_attrs = tuple(node_attrs), tuple(edge_attrs)
     graph = from_edge_index(np.stack([src, dst]), int(g.num_nodes()),
-                            nodes=_single(_dgl_fields(g.ndata, node_attrs), node_attrs),
-                            edges=_single(_dgl_fields(g.edata, edge_attrs), edge_attrs))
+                            nodes=_single(_named_fields(g.ndata, node_attrs), node_attrs),
+                            edges=_single(_named_fields(g.edata, edge_attrs), edge_attrs))
     if int(getattr(g, "batch_size", 1)) == 1:
         return graph
     n_node = _numpy(g.batch_num_nodes(), "n_node").astype(np.int32)

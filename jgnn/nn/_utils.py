@@ -365,9 +365,14 @@ def promote(dtype, *xs):
     return [jax.tree_util.tree_map(convert, x) for x in xs]
 
 
+def dtypes(module: nn.Module) -> dict:
+    """The module's ``dtype`` and ``param_dtype``, as keyword arguments for its submodules."""
+    return {"dtype": module.dtype, "param_dtype": module.param_dtype}
+
+
 def dense(module: nn.Module, features: int, *, use_bias: bool = True, name: str | None = None) -> nn.Dense:
     """An ``nn.Dense`` with the module's ``dtype``/``param_dtype`` and glorot weights (PyG's Linear)."""
-    return nn.Dense(features, use_bias=use_bias, dtype=module.dtype, param_dtype=module.param_dtype,
+    return nn.Dense(features, use_bias=use_bias, **dtypes(module),
                     kernel_init=nn.initializers.glorot_uniform(), name=name)
 
 
@@ -381,8 +386,7 @@ def orthogonal_init():
 
 def lstm_cell(module: nn.Module, features: int, *, name: str | None = None) -> nn.OptimizedLSTMCell:
     """Flax's LSTM cell with the module's ``dtype``/``param_dtype`` (its recurrent kernel from `orthogonal_init`)."""
-    return nn.OptimizedLSTMCell(features, dtype=module.dtype, param_dtype=module.param_dtype,
-                                recurrent_kernel_init=orthogonal_init(), name=name)
+    return nn.OptimizedLSTMCell(features, **dtypes(module), recurrent_kernel_init=orthogonal_init(), name=name)
 
 
 def typed_init():

@@ -79,7 +79,7 @@ class JumpingKnowledge(nn.Module):
         seq = jnp.stack(xs, 1)  # [N, L, C]
         lstm = nn.Bidirectional(nn.RNN(_utils.lstm_cell(self, hidden), name="lstm_forward"),
                                 nn.RNN(_utils.lstm_cell(self, hidden), name="lstm_backward"), name="lstm")
-        scores = nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype, name="att")(lstm(seq))  # [N, L, 1]
+        scores = nn.Dense(1, **_utils.dtypes(self), name="att")(lstm(seq))  # [N, L, 1]
         agg = neighborhood.Aggregation(phi=_attention_phi, rho=_attention_rho)
         return neighborhood.aggregate(stacked, layer_level(n, num_layers, scores), [agg])
 
@@ -104,7 +104,7 @@ class JKNet(_utils.CheckedOptions, nn.Module):
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, *, layout=None, deterministic: bool = True) -> jax.Array:
         _utils.check_choice("conv", self.conv, CONVS)
-        xs, dtypes = [], {"dtype": self.dtype, "param_dtype": self.param_dtype}
+        xs, dtypes = [], _utils.dtypes(self)
         for i in range(self.num_layers):
             conv = CONVS[self.conv](self.hidden, **dtypes, backend=self.backend, remat=self.remat, name=f"conv{i}")
             h = nn.relu(_utils.node_features(conv(graph, layout=layout)))

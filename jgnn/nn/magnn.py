@@ -143,7 +143,7 @@ class MAGNN(_utils.CheckedOptions, nn.Module):
     def __call__(self, features: dict, nbhd: neighborhood.Neighborhood, *, deterministic: bool = True):
         if self.encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
-        parts, dtypes, pdtype = [], {"dtype": self.dtype, "param_dtype": self.param_dtype}, self.param_dtype
+        parts, dtypes, pdtype = [], _utils.dtypes(self), self.param_dtype
         for t, n in self.num_nodes.items():
             x = features.get(t)
             parts.append(nn.Dense(self.hidden, **dtypes, name=f"project_{t}")(x) if x is not None else

@@ -112,7 +112,7 @@ class PGNN(_utils.CheckedOptions, nn.Module):
 
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, nbhd: neighborhood.Neighborhood, *, deterministic: bool = True):
-        dtypes = {"dtype": self.dtype, "param_dtype": self.param_dtype}
+        dtypes = _utils.dtypes(self)
         h = nn.Dense(self.hidden, **dtypes, name="pre")(_utils.node_features(graph))
         position = None
         for i in range(self.num_layers):

@@ -146,7 +146,7 @@ class PinSage(_utils.CheckedOptions, nn.Module):
     def __call__(self, graph: jraph.GraphsTuple, key: jax.Array, *, deterministic: bool = True) -> jax.Array:
         nbhd = random_walk_neighbors(graph, key, num_walks=self.num_walks, walk_length=self.walk_length,
                                      top_k=self.top_k)
-        h, dtypes = _utils.node_features(graph), {"dtype": self.dtype, "param_dtype": self.param_dtype}
+        h, dtypes = _utils.node_features(graph), _utils.dtypes(self)
         for i in range(self.num_layers):
             h = nn.Dropout(self.dropout, deterministic=deterministic)(h)
             conv = PinSageConv(self.hidden, **dtypes, backend=self.backend, remat=self.remat, name=f"conv{i}")

@@ -145,8 +145,7 @@ class SAGPooling(nn.Module):
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, x=None) -> Pooled:
         x = node_features(graph, x)
-        gnn = self.gnn if self.gnn is not None else GraphConv(1, dtype=self.dtype, param_dtype=self.param_dtype,
-                                                               name="gnn")
+        gnn = self.gnn if self.gnn is not None else GraphConv(1, **_utils.dtypes(self), name="gnn")
         out = gnn(graph._replace(nodes=x)).nodes
         x, score = _utils.promote(self.dtype, x, node_features(graph._replace(nodes=out)).reshape(x.shape[0]))
         score = self.nonlinearity(score)

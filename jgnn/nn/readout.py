@@ -104,8 +104,7 @@ class AttentionReadout(nn.Module):
     @nn.compact
     def __call__(self, graph: jraph.GraphsTuple, x=None) -> jax.Array:
         x = node_features(graph, x)
-        gate = self.gate if self.gate is not None else nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype,
-                                                                name="gate_dense")
+        gate = self.gate if self.gate is not None else nn.Dense(1, **_utils.dtypes(self), name="gate_dense")
         logits = gate(x)[..., 0]
         values = self.value(x) if self.value is not None else x
         values, logits = _utils.promote(self.dtype, values, logits)

@@ -21,6 +21,7 @@ chosen implementation (``jax.jvp`` of it; JAX transposes its ops), so no hand-wr
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -170,14 +171,15 @@ def _blocked_matmul(x, table, position, block_type, block: int):
     return jnp.take(yb.reshape((capacity,) + yb.shape[2:]), position, axis=0, unique_indices=True).astype(dtype)
 
 
-#: The engines a Pallas backend runs a typed matmul on: the ``impl`` handed to `pallas_kernels.typed_matmul`
-#: (None: XLA's per-row products, `reference`) and the report's reason code.
-PALLAS_ENGINES: dict[str, tuple[str | None, Reason]] = {
+#: The engines a Pallas backend runs a typed matmul on: the ``impl`` handed to `pallas_kernels.typed_matmul`, or
+#: the XLA implementation that runs where no static runs are known (with them, `static_groups`), and the report's
+#: reason code.
+PALLAS_ENGINES: dict[str, tuple[str | Callable, Reason]] = {
     "triton_kernel": ("pallas", Reason.TYPED_MATMUL_KERNEL),
     "ragged_dot": ("ragged_dot", Reason.TYPED_MATMUL_RAGGED_DOT),  # for real types the kernel does not take
-    "reference": (None, Reason.TYPED_MATMUL_PER_HEAD),  # per-head tables: the kernel multiplies 2-D rows only
+    "reference": (reference, Reason.TYPED_MATMUL_PER_HEAD),  # per-head tables: the kernel multiplies 2-D rows only
     # complex: JAX 0.10.2 segfaults serialising ragged_dot of complex64 lowered for CUDA (fuzz campaign 20261128)
-    "xla_blocks": (None, Reason.TYPED_MATMUL_XLA_DTYPE),
+    "xla_blocks": (sorted_blocks, Reason.TYPED_MATMUL_XLA_DTYPE),
 }
 
 
@@ -201,7 +203,7 @@ def report_lowering(impl: str, x, table, groups: tuple = ()) -> tuple[str, Reaso
     if impl not in eo.INTERPRET:
         return impl, Reason.GROUPED_MATMUL
     engine = pallas_engine(x, table)
-    if PALLAS_ENGINES[engine][0] is None and groups:
+    if callable(PALLAS_ENGINES[engine][0]) and groups:
         return "static_groups", PALLAS_ENGINES[engine][1]
     return engine, PALLAS_ENGINES[engine][1]
 
@@ -213,13 +215,11 @@ def _pallas(x, table, types, *, backend: str, block: int, groups: tuple = (), **
     kernel does not take (per head) run as `static_groups` where the runs are known, else per row."""
     import pallas_kernels as pk
 
-    engine = pallas_engine(x, table)
-    kernel_impl = PALLAS_ENGINES[engine][0]
+    kernel_impl = PALLAS_ENGINES[pallas_engine(x, table)][0]
     num_types, dtype = table.shape[0], jnp.result_type(x, table)
-    if kernel_impl is None:
-        if groups:
-            return static_groups(x, table, types, groups=groups, block=block)
-        return (sorted_blocks if engine == "xla_blocks" else reference)(x, table, types, block=block)
+    if callable(kernel_impl):  # an XLA implementation: one GEMM per run where the runs are known
+        xla = static_groups if groups else kernel_impl
+        return xla(x, table, types, groups=groups, block=block)
     interpret = eo.INTERPRET[backend]
     if groups:
         _check_runs(groups, x.shape[0])
