@@ -8,6 +8,7 @@ numpy and jgnn.
 from __future__ import annotations
 
 import base64
+import pickle
 import textwrap
 import zlib
 
@@ -189,3 +190,13 @@ def reproducer(failure: Failure) -> str:
     else:
         lines += ["", "ref = run" + RUNNER.split("\n\nref = run")[1]]
     return "\n".join(lines) + "\n"
+
+
+def batch_reproducer(batch, failure: Failure) -> str:
+    """A script that replays the whole check of ``batch`` (`checker.check_batch`), for a failure that names no
+    backend or part: the checking process died (`campaign.process_crash`). Run it from the repository root."""
+    blob = base64.b64encode(zlib.compress(pickle.dumps(batch))).decode()
+    return (f'"""jgnn fuzz reproducer: {failure.detail}.\n\n{batch!r}\n"""\n'
+            "import base64\nimport pickle\nimport zlib\n\nfrom tests.fuzz import checker\n\n"
+            f'batch = pickle.loads(zlib.decompress(base64.b64decode("{blob}")))\n'
+            "print(checker.check_batch(batch))\n")
