@@ -40,10 +40,10 @@ demo: $(STAMP)
 	$(BIN)/python examples/train.py --model gat --dataset cora
 
 # A long randomized differential fuzzing campaign: counts failures by class, shrinks one of each, and writes
-# reproducers and a summary to out/fuzz/ (see tests/fuzz/campaign.py). `make fuzz N=20000 SEED=1`.
+# reproducers and a summary to out/fuzz/ (see tests/fuzz/campaign.py). `make fuzz N=20000 SEED=1 JOBS=2`.
 N ?= 20000
 fuzz: $(STAMP)
-	$(BIN)/python -m tests.fuzz.campaign --cases $(N) $(if $(SEED),--seed $(SEED))
+	$(BIN)/python -m tests.fuzz.campaign --cases $(N) $(if $(SEED),--seed $(SEED)) $(if $(JOBS),--jobs $(JOBS))
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.run --suite all --quick --device cpu --out benchmarks/results/quick-cpu.json

@@ -32,7 +32,7 @@ import ml_dtypes
 import numpy as np
 
 import jgnn
-from tests.fuzz import tolerances
+from tests.fuzz import rounded, tolerances
 from tests.fuzz.graphs import build_inputs, is_float
 from tests.fuzz.strategies import Batch, Case
 
@@ -294,12 +294,13 @@ NONFINITE = {"exact": (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isn
 
 
 def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
-                 floor: float = 0.0) -> tuple[str, str] | None:
+                 floor: float = 0.0, rounded_leaf=None) -> tuple[str, str] | None:
     """None if ``got`` matches ``ref`` (see `tolerances`); else (kind, detail).
 
     ``oracle_leaf()`` gives the float64 oracle of this leaf; it is asked for only when ``got`` is not within
-    plain rounding of the reference, since agreeing with the reference is always a pass. ``nonfinite``: a key
-    of `NONFINITE`. ``floor``: the least scale of a row (`compare_trees`).
+    plain rounding of the reference, since agreeing with the reference is always a pass. ``rounded_leaf()``
+    gives the rounded oracle (`tests.fuzz.rounded`), asked for only where the reference overflowed to NaN and
+    ``got`` has ±inf. ``nonfinite``: a key of `NONFINITE`. ``floor``: the least scale of a row (`compare_trees`).
     """
     ref, got = np.asarray(ref), np.asarray(got)
     if ref.shape != got.shape or ref.dtype != got.dtype:
@@ -311,13 +312,20 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
         return "value", f"integer mismatch at {bad}: {got[bad]} vs reference {ref[bad]}"
     r, b = _as_real(ref), _as_real(got)
     # Where the reference overflowed and float64 did not, the oracle stands in for it: as is where the backend is
-    # finite, rounded to the dtype (±inf past its range) where the reference's inf − inf made NaN and the backend
-    # has an inf (a float16 sum that the reference accumulates in float16 and the backend in float32).
+    # finite. Where the reference's inf − inf made NaN and the backend has an inf (a float16 sum that the
+    # reference accumulates in float16 and the backend in float32), that inf is right if the true value is past
+    # the dtype's range with its sign, or if the program overflows there with every operation rounded once (the
+    # rounded oracle: a float16 mean whose sum overflows, though the mean itself fits).
     overflowed = ~np.isfinite(r) & (np.isfinite(b) | (np.isnan(r) & np.isinf(b)))
     if overflowed.any():
         o = _as_real(oracle_leaf())
         overflowed &= np.isfinite(o)
-        r = np.where(overflowed, np.where(np.isfinite(b), o, _in_dtype(o, dtype)), r)
+        stand_in = _in_dtype(o, dtype)
+        swapped = overflowed & np.isinf(b)
+        q = rounded_leaf() if swapped.any() and rounded_leaf is not None else None
+        if q is not None:
+            stand_in = np.where(swapped & (_as_real(q) == b), b, stand_in)
+        r = np.where(overflowed, np.where(np.isfinite(b), o, stand_in), r)
     for name, test in NONFINITE[nonfinite]:
         diff = test(r) != test(b)
         if diff.any():
@@ -345,8 +353,10 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
 
 
 def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
-                  part_fraction: float = 0.0, least_scale: float = 0.0) -> tuple[str, str, str] | None:
-    """The first mismatching leaf: (kind, leaf path, detail), or None. ``oracle_tree()`` is lazy.
+                  part_fraction: float = 0.0, least_scale: float = 0.0,
+                  rounded_tree=None) -> tuple[str, str, str] | None:
+    """The first mismatching leaf: (kind, leaf path, detail), or None. ``oracle_tree()`` and ``rounded_tree()``
+    (the rounded oracle, `compare_leaf`) are lazy.
 
     ``part_fraction``: every row's scale is at least this fraction of the largest finite |value| in the whole
     tree (`tolerances.part_fraction`), or ``least_scale`` (`tolerances.least_scale`) where that is 0.
@@ -357,24 +367,53 @@ def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
     floor = floor or least_scale  # only a part without a nonzero finite entry has no scale of its own
     got_leaves = treedef.flatten_up_to(got)
     for i, ((path, r), g) in enumerate(zip(paths, got_leaves, strict=True)):
-        res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i], nonfinite, floor)
+        rounded = None if rounded_tree is None else lambda i=i: _leaf(rounded_tree(), treedef, i)
+        res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i], nonfinite, floor,
+                           rounded)
         if res:
             return res[0], jax.tree_util.keystr(path), res[1]
     return None
 
 
+def _leaf(tree, treedef, i: int):
+    return None if tree is None else treedef.flatten_up_to(tree)[i]
+
+
 class Oracle:
-    """The reference run in float64 (complex128), computed on first use and shared by every backend."""
+    """The reference run in float64 (complex128), and the rounded oracle (`tests.fuzz.rounded`): each computed on
+    first use and shared by every backend."""
 
     def __init__(self, program, ops: Operands, dtype: str, ref: dict, grad_by_jvp: bool):
         self.program, self.ops, self.dtype, self.ref = program, ops, tolerances.ORACLE_DTYPE[dtype], ref
+        self.case_dtype = dtype
         self.parts = ref if self.dtype == dtype else None
         self.grad_by_jvp = grad_by_jvp
+        self.rounded_parts: dict = {}
 
     def part(self, name: str):
         if self.parts is None:
             self.parts = reference_parts(self.program, self.ops.cast(self.dtype), self.dtype, self.grad_by_jvp)[0]
         return self.parts.get(name, self.ref[name])  # no oracle for a part: the reference itself
+
+    # The reference function that gives each part, and where the part is in its result.
+    ROUNDED = {"forward": ("forward", lambda r: r), "grad": ("vjp", lambda r: r[1]), "jvp": ("jvp", lambda r: r[1])}
+
+    def rounded(self, name: str):
+        if name not in self.rounded_parts:
+            mode, pick = self.ROUNDED[name]
+            if name == "grad" and self.grad_by_jvp:
+                mode = "vjp_by_jvp"
+            ops = self.ops
+            args = (ops.floats, ops.others, ops.params) + {"vjp": (ops.cotangent,), "vjp_by_jvp": (ops.cotangent,),
+                                                           "jvp": (ops.tangents,)}.get(mode, ())
+            fn = functools.partial(_compiled(self.program, "reference", mode), ops.treedef, ops.mask)
+            try:
+                with x64(self.case_dtype):
+                    out = jax.tree_util.tree_map(np.asarray, pick(rounded.evaluate(fn, *args)))
+            except Exception:  # noqa: BLE001 - no rounded oracle for this program: the float64 one decides
+                out = None
+            self.rounded_parts[name] = out
+        return self.rounded_parts[name]
 
 
 # Each mode's result splits into named parts, each compared on its own: the failure's mode is the part's name.
@@ -531,7 +570,7 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
                 value = _untainted(value, ref[part], tainted)
             nonfinite, fraction, least = _derivative_rules(case, part, oracle.grad_by_jvp)
             res = compare_trees(ref[part], value, case.dtype, lambda part=part: oracle.part(part), nonfinite,
-                                fraction, least)
+                                fraction, least, lambda part=part: oracle.rounded(part))
             if res is not None:
                 kind, where, detail = res
                 failures.append(Failure(case, backend, part, kind, detail, where))

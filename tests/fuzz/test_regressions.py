@@ -78,6 +78,21 @@ def model(backend, inputs, params):
     return pg.Program("message_passing", source.lstrip("\n"), sig, params)
 
 
+def _hub_mean_by_index() -> pg.Program:
+    """A mean over in-edges of rows gathered by an index argument, scaled by an edge feature (campaign 20261128)."""
+    lines = ['x = graph.nodes["h"]',
+             "s, r = graph.senders, graph.receivers",
+             "n, e = x.shape[0], s.shape[0]",
+             "m = x[idx]",
+             'm = m * graph.edges["x"][:, :1]',
+             "agg = jax.ops.segment_sum(m, r, n) / jnp.maximum(jax.ops.segment_sum(jnp.ones_like(m[:, :1]), r, n), 1)"]
+    fn = pg.function("fn", "graph, idx, P", lines, '{"h": agg}')
+    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
+    source = pg.function("model", "backend, inputs, params", body, "compiled(inputs['graph'], inputs['idx'], params)")
+    sig = Signature(node_feats=(("h", (8,)),), edge_feats=(("x", (4,)),), extras=(("idx", 1100),))
+    return pg.Program("segments", source, sig, (), frozenset({"gather_idx_arg", "rho_mean"}))
+
+
 CASES = {
     # CI at ce3ef70: float32 features near 1e19 saturate every softmax row. The tangent α·ds − α·T cancelled two
     # 1e19 terms (xla: 1e32 where the reference has −5e19), and the Pallas forward's row max, recomputed by
@@ -114,6 +129,13 @@ CASES = {
     # The first GPU session (H100, 2026-11-26): the grad's per-head kernel concatenated [E, 1] and [E, 3] tiles,
     # which Pallas' Triton lowering rejects ("Only arguments with shape [..., 1] are supported"); the interpreter
     # ran it. Those ops now stay on XLA (`NOT_IN_TRITON`).
+    # Campaign 20261128 (10 cases per backend): float16 features near 256 (√ of float16's max) on a 1,050-edge hub.
+    # The mean (6,804) fits float16, its sum does not: the reference's float16 partial sums overflow both ways
+    # (NaN), jgnn's float32 sum overflows once when rounded (+inf), which the program with each operation rounded
+    # once also gives (`tests.fuzz.rounded`).
+    "hub_mean_float16_overflow": Case(_hub_mean_by_index(), "float16",
+                                      GraphSpec("hub", frozenset({"duplicates", "self_loops", "sorted"}), 20840),
+                                      ValueSpec(3073, "huge", ())),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
@@ -141,18 +163,24 @@ def test_typed_chain_case_is_reassociated_and_has_untainted_outputs():
     assert 0 < tainted.sum() < tainted.size
 
 
-@pytest.mark.parametrize("got, oracle, passes", [
-    (np.inf, 1e5, True),  # the true sum is past float16's range: +inf is it, correctly rounded
-    (-np.inf, 1e5, False),  # the wrong sign
-    (np.inf, 100.0, False),  # the true value fits float16: inf is wrong
-    (np.nan, 1e5, True),  # the reference's own answer
+@pytest.mark.parametrize("got, oracle, rounded, passes", [
+    (np.inf, 1e5, None, True),  # the true sum is past float16's range: +inf is it, correctly rounded
+    (-np.inf, 1e5, None, False),  # the wrong sign
+    (np.inf, 100.0, None, False),  # the true value fits float16, and nothing says the program overflows
+    (np.inf, 100.0, 100.0, False),  # ... nor does the program with each operation rounded once
+    (np.inf, 100.0, np.inf, True),  # it does: an intermediate sum past the range (a mean that fits)
+    (-np.inf, 100.0, np.inf, False),  # the rounded program's overflow has the other sign
+    (np.nan, 1e5, None, True),  # the reference's own answer
 ])
-def test_an_inf_where_the_reference_overflowed_to_nan_is_checked_against_the_rounded_oracle(got, oracle, passes):
+def test_an_inf_where_the_reference_overflowed_to_nan_is_checked_against_the_rounded_oracle(got, oracle, rounded,
+                                                                                          passes):
     """Campaign 20261127, 18 float16 cases: a segment mean of huge features, which the reference sums in float16
-    (partial sums overflowing to +inf and -inf: NaN) and jgnn in float32 (one overflow: +inf)."""
+    (partial sums overflowing to +inf and -inf: NaN) and jgnn in float32 (one overflow: +inf). Campaign
+    20261128: 10 more, where the mean itself fits float16 (6,804) but the sum does not."""
     ref = np.array([1.0, np.nan], np.float16)
+    rounded_leaf = None if rounded is None else lambda: np.array([1.0, rounded], np.float16)
     res = checker.compare_leaf(ref, np.array([1.0, got], np.float16), "float16",
-                               lambda: np.array([1.0, oracle], np.float64))
+                               lambda: np.array([1.0, oracle], np.float64), rounded_leaf=rounded_leaf)
     assert (res is None) == passes, res
 
 

@@ -10,7 +10,9 @@ Where the reference is NaN or ±inf but the float64 oracle is finite (the refere
 e.g. an inf − inf of two 1e38 terms), a finite backend value is compared with the oracle instead. Where the
 reference is NaN there and the backend ±inf, the oracle rounded to the dtype stands in: the backend passes when the
 true value lies past the dtype's range with that sign (a float16 sum the backend accumulates in float32, which
-overflows once, where the reference's float16 partial sums overflowed both ways). Forward values of cases with
+overflows once, where the reference's float16 partial sums overflowed both ways), or when the program with every
+operation rounded once to its dtype overflows there with that sign (`rounded`: a float16 mean whose sum does not
+fit, though the mean does). Forward values of cases with
 scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`).
 
 At positions where both are finite, values are compared row by row (the leading axis: one node, edge or
