@@ -23,8 +23,9 @@ from jgnn.roles import Index, Movement, Residency
 class InputTag:
     """What a flat input of the traced function is: its role in GraphsTuple ``graph``, or ``shared``."""
 
-    role: str  # nodes, edges, senders, receivers, n_node, n_edge, globals, node_type, edge_type, shared, or a
-    # GraphLayout leaf: layout, edge_pair, pair_src, pair_type
+    role: str  # nodes, edges, senders, receivers, n_node, n_edge, globals, node_type, edge_type, shared,
+    # constant (an array the traced function closed over: shared, and never differentiated), or a GraphLayout
+    # leaf: layout, edge_pair, pair_src, pair_type
     graph: int = 0
     # The edge list a graph's edge leaves (default ``g{graph}``) or a layout's leaves belong to: ``g{graph}+loops``
     # when a layer passes its graph with the self-loops already appended, together with a looped layout.

@@ -239,7 +239,7 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
     layout_leaves, layout_tags, described = _layout_inputs(layouts)
     layout_values = [ir.Value(tuple(np.shape(x)), x.dtype) for x in layout_leaves]
     program = ir.Program(program.inputs + layout_values, program.outputs, program.ops)
-    tags = _graph_tags(flat, layouts) + [analysis_lib.InputTag("shared")] * len(traced.consts) + layout_tags
+    tags = _graph_tags(flat, layouts) + [analysis_lib.InputTag("constant")] * len(traced.consts) + layout_tags
     ctx = facts.Ctx(graph_sizes(flat))
     analysis = analysis_lib.analyze(program, tags, ctx)
     sizes0 = ctx.sizes.get(0, {})
@@ -253,7 +253,8 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
                         for op in program.ops if id(op) in analysis.movement and op.outputs]
     for f in analysis.fallbacks:
         report.fallback(f.code, f.op.name, **dict(f.params))
-    _nested_kernels(program, report)
+    constants = frozenset(v.id for v, t in zip(program.inputs, tags, strict=True) if t.role == "constant")
+    _nested_kernels(program, report, constants)
     policy = None
     names: dict[int, str] = {}
     if backend != "reference":
@@ -267,7 +268,7 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
             ends = {Index.SRC: lay.every_node_sends, Index.DST: lay.every_node_receives}
             lays.append(LayoutInputs(gi, edges, vals, tree, lay.pairs, lay.pair_groups, lay.node_groups,
                                      lay.num_nodes, frozenset(end for end, every in ends.items() if every)))
-        pctx = Context(analysis, report, backend, tags, tuple(lays))
+        pctx = Context(analysis, report, backend, tags, tuple(lays), constants)
         program = passes.optimize(program, pctx)
         names = remat_lib.value_names(program, analysis)
         policy = remat_lib.resolve(remat)[1]
@@ -283,15 +284,18 @@ def build_plan(closed, out_shape, flat: Flat, *, backend: str, remat: Any, layou
     return Plan(program, jax.tree_util.tree_structure(out_shape), report, run, out_rows)
 
 
-def _nested_kernels(program: ir.Program, report: Report) -> None:
+def _nested_kernels(program: ir.Program, report: Report, constants: frozenset[int]) -> None:
     """Fused ops already in the traced program (a compiled layer inside a compiled model) are kernels too."""
     from jgnn.ops import lowering
     from jgnn.ops.edge_op import edge_op_p
 
+    made_by = ir.producers(program)
     for op in program.ops:
         if op.prim is edge_op_p:
             spec = op.params["spec"]
-            lowering.record(report, spec, [a.aval for a in op.inputs[2:2 + len(spec.groups)]], nested=True)
+            mine = op.inputs[2:2 + len(spec.groups)]
+            lowering.record(report, spec, [a.aval for a in mine], nested=True,
+                            varying=tuple(ir.varies(a, made_by, constants) for a in mine))
 
 
 def _evaluate(program: ir.Program, names: dict, policy, rules: bool, *flat):

@@ -253,6 +253,22 @@ def producers(program: Program) -> dict[int, Op]:
     return {v.id: op for op in program.ops for v in op.outputs}
 
 
+def varies(atom: Atom, made_by: dict[int, Op], constants: frozenset[int] = frozenset()) -> bool:
+    """Whether ``atom`` depends on an input other than ``constants`` (the ids of closed-over arrays): only such
+    values carry tangents under ``grad`` and ``jvp``; literals and constants do not."""
+    stack, seen = [atom], set()
+    while stack:
+        a = stack.pop()
+        if not isinstance(a, Value) or a.id in seen:
+            continue
+        seen.add(a.id)
+        op = made_by.get(a.id)
+        if op is None and a.id not in constants:
+            return True
+        stack.extend(op.inputs if op is not None else ())
+    return False
+
+
 def has_effects(op: Op) -> bool:
     return bool(op.effects)
 

@@ -91,6 +91,9 @@ class Reason(enum.StrEnum):
     TYPED_MATMUL_RAGGED_DOT = "typed_matmul_ragged_dot"
     TYPED_MATMUL_PER_HEAD = "typed_matmul_per_head"
     TYPED_MATMUL_XLA_DTYPE = "typed_matmul_xla_dtype"
+    BACKWARD_ON_KERNELS = "backward_on_kernels"
+    BACKWARD_ON_XLA = "backward_on_xla"
+    BACKWARD_MIXED_LOWERINGS = "backward_mixed_lowerings"
     CSR_FROM_LAYOUT = "csr_from_layout"
     CSR_SORTED_IN_PROGRAM = "csr_sorted_in_program"
     # analysis / fallback
@@ -174,6 +177,11 @@ MESSAGES: dict[Reason, str] = {
     Reason.LOWER_BLOCKS: "{op}: XLA edge blocks of {block} edges ({bytes:.3g} B of edge temporaries over the "
                          "{budget:.3g} B budget)",
     Reason.LOWER_KERNEL: "{op}: Pallas kernel ({csr})",
+    Reason.BACKWARD_ON_KERNELS: "its backward's {backward_ops} edge ops run as Pallas kernels",
+    Reason.BACKWARD_ON_XLA: "its backward's {backward_ops} edge ops run on XLA",
+    Reason.BACKWARD_MIXED_LOWERINGS: "its backward's {backward_ops} edge ops run on XLA, although "
+                                     "{backward_kernel_ops} of them could run as kernels: one backward's ops "
+                                     "recompute the same values and must round them alike",
     Reason.NOT_LANEWISE: "{op}: runs on XLA: the edge function is not lane-wise ({prim})",
     Reason.NOT_ZERO_PADDING_SAFE: "{op}: runs on XLA: its scores are not safe on zero-padded lanes",
     Reason.NOT_IN_TRITON: "{op}: runs on XLA: Pallas' Triton lowering has no rule for its {prim} at these shapes",
@@ -277,7 +285,11 @@ class KernelRecord:
         return dict(self.params).get(key, default)
 
     def render(self) -> str:
-        return MESSAGES[self.code].format(op=self.op, **dict(self.params))
+        params = dict(self.params)
+        text = MESSAGES[self.code].format(op=self.op, **params)
+        if "backward_code" in params:  # a softmax op's backward: several derived ops on one lowering
+            text += "; " + MESSAGES[params["backward_code"]].format(op=self.op, **params)
+        return text
 
 
 @dataclasses.dataclass(frozen=True)

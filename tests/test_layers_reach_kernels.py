@@ -154,6 +154,41 @@ def test_attention_layers_with_self_loops_lower_for_cuda(name):
     assert kernels and {k.get("csr") for k in kernels} == {Reason.CSR_FROM_LAYOUT}
 
 
+@pytest.mark.parametrize("name, backend, code, kernel_ops, ops", [
+    ("gat", "pallas", Reason.BACKWARD_ON_KERNELS, 4, 4),
+    ("gatv2", "pallas", Reason.BACKWARD_MIXED_LOWERINGS, 4, 5),
+    ("gat", "xla", Reason.BACKWARD_ON_XLA, 0, 4),
+])
+def test_explain_reports_where_the_attention_backward_runs(name, backend, code, kernel_ops, ops):
+    """The backward of a fused attention is several derived ops (row sums, their centred sums, one pullback per
+    operand group), which run on one lowering (`attention_tangent._alike`); `explain` reports it with the
+    forward's record, for gradients in every argument of the explained function. GATv2's shared attention vector's
+    pullback (a sum over all edges) has no kernel, so its whole backward runs on XLA: the CUDA lowering of its
+    training step calls the forward kernel only, GAT's its backward kernels too. The constant per-head operand of
+    GAT's scores is never differentiated (not counted)."""
+    from benchmarks.gpu.deviceless import triton_call_names
+    from pallas_kernels import compat
+
+    rng = np.random.default_rng(SEED)
+    graph = random_graph(rng, 14, 50, 5, isolated=2, hub=10)
+    layout = GraphLayout.from_graph(graph, self_loops=True)
+    module = _attention_layer(name, backend)
+    variables = _attention_layer(name, "reference").init(jax.random.key(0), graph, layout=layout)
+    [record] = jgnn.explain(module, variables, graph, layout=layout).kernels
+    assert (record.op, record.get("backward_code")) == ("attention", code)
+    assert (record.get("backward_kernel_ops"), record.get("backward_ops")) == (kernel_ops, ops)
+    assert record.get("backward") == ("kernel" if code == Reason.BACKWARD_ON_KERNELS else "xla")
+    if backend == "pallas":  # a training step: gradients in the parameters and the features, as explained
+
+        def loss(params, x):
+            return jnp.sum(module.apply(params, graph._replace(nodes={"h": x}), layout=layout).nodes["h"] ** 2)
+
+        step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+        calls = triton_call_names(compat.export_cuda_mlir(step, variables, graph.nodes["h"]))
+        backward_calls = [c for c in calls if not c.startswith("gnn_attention")]
+        assert len(backward_calls) == (ops if record.get("backward") == "kernel" else 0), calls
+
+
 @pytest.mark.parametrize("name", ["rgat", pytest.param("hgt", marks=pytest.mark.slow)])
 def test_typed_attention_layers_on_kernels_match_reference(name, monkeypatch):
     """RGAT (values reshaped from flat per-relation rows inside the edge function) and HGT on duplicate edges,

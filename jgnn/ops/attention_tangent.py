@@ -37,7 +37,9 @@ from jax.interpreters import ad, batching, mlir
 from jgnn import compat, facts
 from jgnn.ops import edge_fn as ef
 from jgnn.ops import edge_op as eo
+from jgnn.ops.segment import accumulation_dtype
 from jgnn.ops.tangent_shift import tangent_shift
+from jgnn.report import Reason
 from jgnn.roles import Group
 
 attention_tangent_p = jcore.Primitive("jgnn_attention_tangent")
@@ -95,34 +97,14 @@ def _transpose(ct, *args, spec: eo.EdgeSpec, slots):
         for i in undefined:
             result[2 + len(operands) + i] = ad.Zero(tangents[i].aval)
         return result
-    row = eo.row_group(spec)
-    # Every sum runs over the rows the edges' ids gather, dropped edges included (with zero g), as the
-    # reference's gathers transpose.
-    keep, masked = [], spec.raw_over and spec.over in (Group.DST, Group.SRC)
-    if masked:
+    keep = []
+    if _masked(spec):
         ids = src_ids if spec.over == Group.SRC else dst_ids
         keep = [(ids >= 0) & (ids < spec.num_segments)]
-    groups = lambda extra: (row,) * len(extra) + (Group.EDGE,) * masked
-
-    def sums_spec(centred, extra):
-        fn = ef.SoftmaxRowDot(spec.fn, centred, masked)
-        return eo.derived(spec, fn, groups(extra), reduce=eo.Reduce.SUM, raw_over=False)
-
-    stats = jax.ShapeDtypeStruct(m.shape, m.dtype)  # stand-ins for r, c and k: a row statistic's shape
-    row_sums, centred = (m, l, ct), (m, l, ct, stats)
-    pulled = (m, l, ct, stats, stats, stats)
-    planned = [(sums_spec(False, row_sums), row_sums), (sums_spec(True, centred), centred)]
-    base = ef.SoftmaxVjp(spec.fn, slots, masked)
-    owners = []  # the tangent indices each pullback gives
-    for group in dict.fromkeys(spec.groups[slots[i]] for i in undefined):
-        mine = [i for i in undefined if spec.groups[slots[i]] == group]
-        rows = {Group.SRC: Group.SRC, Group.DST: Group.DST, Group.EDGE: Group.EDGE, Group.SHARED: Group.ALL}[group]
-        n = tangents[mine[0]].aval.shape[0] if rows in (Group.SRC, Group.DST) else spec.num_segments
-        planned.append((eo.derived(spec, ef.Pick(base, tuple(mine)), groups(pulled), over=rows, num_segments=n,
-                                   reduce=eo.Reduce.NONE if rows == Group.EDGE else eo.Reduce.SUM, raw_over=False),
-                        pulled))
-        owners.append(mine)
-    backend = _one_lowering(planned, operands, keep)
+    rows = {i: tangents[i].aval.shape[0] if spec.groups[slots[i]] in (Group.SRC, Group.DST) else 0
+            for i in undefined}
+    planned, owners = _plan(spec, slots, undefined, rows, m, l, ct)
+    backend = spec.backend if spec.backend == "xla" or _alike(_kernels(planned, operands, keep)) else "xla"
 
     def bind(new, extra):
         return eo.bind_pruned(new.replace(backend=backend), src_ids, dst_ids, [*operands, *extra, *keep], layout)
@@ -137,23 +119,89 @@ def _transpose(ct, *args, spec: eo.EdgeSpec, slots):
     return result
 
 
-def _one_lowering(planned, operands, keep) -> str:
-    """The backend every op of one softmax backward runs on: its own, unless some of its ops would run as Pallas
+def _masked(spec: eo.EdgeSpec) -> bool:
+    """Whether the forward dropped edges by their row id: the backward then takes a per-edge keep mask."""
+    return spec.raw_over and spec.over in (Group.DST, Group.SRC)
+
+
+def _plan(spec: eo.EdgeSpec, slots, undefined, rows: dict, m, l, ct):
+    """The backward's edge ops, each with the row statistics it reads after the forward's operands: the row sums
+    ``R``, then ``C`` and ``k``, then one pullback per operand group; and the tangent indices each pullback
+    gives. ``rows``: the row count of each tangent; ``m``, ``l``, ``ct`` may be arrays or stand-ins."""
+    row, masked = eo.row_group(spec), _masked(spec)
+    # Every sum runs over the rows the edges' ids gather, dropped edges included (with zero g), as the
+    # reference's gathers transpose.
+    groups = lambda extra: (row,) * len(extra) + (Group.EDGE,) * masked  # noqa: E731
+
+    def sums_spec(centred, extra):
+        fn = ef.SoftmaxRowDot(spec.fn, centred, masked)
+        return eo.derived(spec, fn, groups(extra), reduce=eo.Reduce.SUM, raw_over=False)
+
+    stats = jax.ShapeDtypeStruct(m.shape, m.dtype)  # stand-ins for r, c and k: a row statistic's shape
+    row_sums, centred = (m, l, ct), (m, l, ct, stats)
+    pulled = (m, l, ct, stats, stats, stats)
+    planned = [(sums_spec(False, row_sums), row_sums), (sums_spec(True, centred), centred)]
+    base = ef.SoftmaxVjp(spec.fn, slots, masked)
+    owners = []
+    for group in dict.fromkeys(spec.groups[slots[i]] for i in undefined):
+        mine = [i for i in undefined if spec.groups[slots[i]] == group]
+        over = {Group.SRC: Group.SRC, Group.DST: Group.DST, Group.EDGE: Group.EDGE, Group.SHARED: Group.ALL}[group]
+        n = rows[mine[0]] if over in (Group.SRC, Group.DST) else spec.num_segments
+        planned.append((eo.derived(spec, ef.Pick(base, tuple(mine)), groups(pulled), over=over, num_segments=n,
+                                   reduce=eo.Reduce.NONE if over == Group.EDGE else eo.Reduce.SUM, raw_over=False),
+                        pulled))
+        owners.append(mine)
+    return planned, owners
+
+
+def _kernels(planned, operands, keep) -> list[bool]:
+    """Whether each planned op would run as a Pallas kernel on its backend."""
+    from jgnn.ops import lowering
+
+    avals = lambda xs: [jax.ShapeDtypeStruct(jax.numpy.shape(x), x.dtype) for x in xs]  # noqa: E731
+    return [lowering.decide(*_pruned_avals(new, [*operands, *extra, *keep], avals)).impl == "kernel"
+            for new, extra in planned]
+
+
+def _pruned_avals(new, operands, avals):
+    pruned, kept = eo.pruned(new, operands)
+    return pruned, avals(kept)
+
+
+def _alike(kernels: list[bool]) -> bool:
+    """Every op of one softmax backward runs on one lowering: its own, unless some of its ops would run as Pallas
     kernels and others on XLA. Each recomputes the values ``V_e``, and the score cotangent ``α_e (g·V_e − R_v)``
     cancels one op's ``V_e`` against another's ``R_v``: a kernel tile and an XLA fusion round them differently, and
     at large magnitudes what is left is far from 0 (fuzz campaign 20261128: ``jraph.GAT`` at 1e19 gave gradients
     1e11 times too large). Then all of them run on XLA."""
-    from jgnn.ops import lowering
+    return len(set(kernels)) <= 1
 
-    spec0 = planned[0][0]
-    if spec0.backend == "xla":
-        return spec0.backend
-    avals = lambda xs: [jax.ShapeDtypeStruct(jax.numpy.shape(x), x.dtype) for x in xs]  # noqa: E731
-    impls = set()
-    for new, extra in planned:
-        pruned, kept = eo.pruned(new, [*operands, *extra, *keep])
-        impls.add(lowering.decide(pruned, avals(kept)).impl == "kernel")
-    return "xla" if len(impls) > 1 else spec0.backend
+
+def backward_record(spec: eo.EdgeSpec, operand_avals, varying=None) -> dict:
+    """How the backward of the softmax op ``spec`` runs, as parameters of its `explain` record: ``backward``
+    (``kernel`` or ``xla``), ``backward_code`` (a `Reason`), ``backward_ops`` and ``backward_kernel_ops`` (how
+    many of them a kernel could run), with the float operands that ``varying`` marks differentiated (None: all
+    of them; what ``grad`` of a layer in its parameters and features differentiates)."""
+    varying = varying or (True,) * len(operand_avals)
+    slots = tuple(k for k, (a, v) in enumerate(zip(operand_avals, varying, strict=True))
+                  if v and jax.numpy.issubdtype(a.dtype, jax.numpy.inexact))
+    s, v = eo.message_avals(spec, operand_avals)
+    n = spec.num_segments
+    out = jax.ShapeDtypeStruct((n,) + v.shape[1:], jax.numpy.result_type(s.dtype, v.dtype))
+    m = jax.ShapeDtypeStruct((n,) + s.shape[1:], accumulation_dtype(s.dtype))
+    keep = [jax.ShapeDtypeStruct((spec.num_edges,), jax.numpy.bool_)] if _masked(spec) else []
+    rows = {i: operand_avals[k].shape[0] if spec.groups[k] in (Group.SRC, Group.DST) else 0
+            for i, k in enumerate(slots)}
+    planned, _ = _plan(spec, slots, list(range(len(slots))), rows, m, m, out)
+    kernels = _kernels(planned, operand_avals, keep)
+    if not slots or spec.backend == "xla" or not any(kernels):
+        impl, code = "xla", Reason.BACKWARD_ON_XLA
+    elif all(kernels):
+        impl, code = "kernel", Reason.BACKWARD_ON_KERNELS
+    else:
+        impl, code = "xla", Reason.BACKWARD_MIXED_LOWERINGS
+    return {"backward": impl, "backward_code": code, "backward_ops": len(kernels),
+            "backward_kernel_ops": sum(kernels)}
 
 
 def _batch(args, dims, *, spec: eo.EdgeSpec, slots):

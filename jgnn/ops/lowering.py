@@ -99,12 +99,18 @@ def decide(spec: eo.EdgeSpec, operand_avals) -> Choice:
     return Choice("blocks", block, Reason.LOWER_BLOCKS, (("block", block), ("budget", budget), ("bytes", total)))
 
 
-def record(report, spec: eo.EdgeSpec, operand_avals, **extra) -> None:
-    """Add the kernel record of `decide`'s choice to ``report``; a kernel's also says where its CSR comes from."""
+def record(report, spec: eo.EdgeSpec, operand_avals, varying=None, **extra) -> None:
+    """Add the kernel record of `decide`'s choice to ``report``; a kernel's also says where its CSR comes from.
+    A softmax op's also says how its backward runs (`attention_tangent.backward_record`), for the operands
+    ``varying`` marks as differentiated (None: every float one)."""
     choice = decide(spec, operand_avals)
     params = dict(choice.params)
     if choice.impl == "kernel":
         params["csr"] = Reason.CSR_FROM_LAYOUT if spec.layout else Reason.CSR_SORTED_IN_PROGRAM
+    if spec.reduce == eo.Reduce.SOFTMAX:
+        from jgnn.ops import attention_tangent
+
+        params.update(attention_tangent.backward_record(spec, operand_avals, varying))
     report.kernel(spec.name, spec.backend, choice.impl, choice.code, **extra, **params)
 
 

@@ -41,6 +41,11 @@ class Context:
     backend: str
     tags: list[InputTag]
     layouts: tuple[LayoutInputs, ...] = ()
+    constants: frozenset[int] = frozenset()  # ids of the inputs the traced function closed over
+
+    def varies(self, atom: ir.Atom, made_by: dict[int, ir.Op]) -> bool:
+        """Whether ``atom`` carries a tangent under ``grad`` and ``jvp`` (`ir.varies`)."""
+        return ir.varies(atom, made_by, self.constants)
 
     @property
     def sizes(self) -> dict[int, dict[str, int]]:

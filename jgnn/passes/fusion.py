@@ -201,9 +201,10 @@ def _spec_and_operands(ctx: Context, root: ir.Op, fn: RegionFn, found: Operands,
     return spec, operands
 
 
-def _record(ctx: Context, spec: EdgeSpec, operands) -> None:
-    lowering.record(ctx.report, spec, [jax.ShapeDtypeStruct(a.shape, a.dtype)
-                                       for a in operands[2:2 + len(spec.groups)]])
+def _record(ctx: Context, spec: EdgeSpec, operands, made_by) -> None:
+    mine = operands[2:2 + len(spec.groups)]
+    lowering.record(ctx.report, spec, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in mine],
+                    varying=tuple(ctx.varies(a, made_by) for a in mine))
 
 
 def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
@@ -228,7 +229,7 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
         return None
     spec, operands = built
     extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
-    _record(ctx, spec, operands)
+    _record(ctx, spec, operands, made_by)
     ctx.applied(Pass.FUSE, Reason.FUSED_REDUCE, ops=len(region.ops), reduce=kind, edges=e, shape=list(msg.shape),
                 **_group_counts(found))
     return spec, region.ops, operands, extra, region.copies
@@ -326,7 +327,7 @@ def _plan_attention(root: ir.Op, ctx: Context, made_by, users, order):
         return None
     spec, operands = built
     extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
-    _record(ctx, spec, operands)
+    _record(ctx, spec, operands, made_by)
     ctx.applied(Pass.FUSE, Reason.FUSED_ATTENTION, edges=e, scores=list(scores.shape), **_group_counts(found))
     fused = score_region.ops + [sm] + region.ops
     return spec, fused, operands, extra, region.copies | score_region.copies
