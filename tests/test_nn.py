@@ -275,6 +275,38 @@ def test_gcn_with_a_layout_of_a_loop_free_graph_normalises_as_by_hand(loops):
     assert bool(compares) is loops  # senders == receivers is looked for only where loops may exist
 
 
+@pytest.mark.parametrize("loops", [False, True])
+@pytest.mark.parametrize("name", ["gat", "gatv2"])
+def test_attention_with_a_layout_of_a_loop_free_graph_masks_nothing(name, loops):
+    """As GCN's normalisation: where the layout says the graph has no self-loops of its own, GAT/GATv2 append
+    one per node without the per-edge flag that masks existing loops (no ``senders == receivers``, no select of
+    the scores); outputs, gradients and attention weights are those of the masked layer."""
+    graph = make_graph("x", seed=11)
+    if not loops:
+        keep = np.asarray(graph.senders) != np.asarray(graph.receivers)
+        graph = graph._replace(senders=graph.senders[keep], receivers=graph.receivers[keep],
+                               edges=jax.tree.map(lambda e: e[keep], graph.edges),
+                               n_edge=jnp.asarray([int(k.sum()) for k in np.split(keep, np.cumsum(graph.n_edge)[:-1])],
+                                                  graph.n_edge.dtype))
+    layout = GraphLayout.from_graph(graph, self_loops=True)
+    assert layout.own_loops is loops
+    module = {"gat": jnn.GATConv, "gatv2": jnn.GATv2Conv}[name](4, num_heads=2, backend="xla")
+    params = module.init(jax.random.key(0), graph)
+    with_layout = lambda p, x: module.apply(p, graph._replace(nodes=x), layout=layout).nodes
+    without = lambda p, x: module.apply(p, graph._replace(nodes=x)).nodes
+    x = graph.nodes
+    np.testing.assert_allclose(with_layout(params, x), without(params, x), rtol=1e-5, atol=1e-6)
+    loss = lambda f: lambda p, x: jnp.sum(jnp.sin(f(p, x)))
+    for a, b in zip(jax.tree.leaves(jax.grad(loss(with_layout), argnums=(0, 1))(params, x)),
+                    jax.tree.leaves(jax.grad(loss(without), argnums=(0, 1))(params, x)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    (_, wa), (_, wb) = (module.apply(params, graph, layout=lay, return_attention_weights=True) for lay in (layout, None))
+    np.testing.assert_allclose(wa[1], wb[1], rtol=1e-5, atol=1e-6)
+    compares = [e for e in jax.make_jaxpr(with_layout)(params, x).eqns if e.primitive.name == "eq"
+                and e.outvars[0].aval.shape == graph.senders.shape]
+    assert bool(compares) is loops  # senders == receivers is looked for only where loops may exist
+
+
 def test_gat_attention_weights_mask_existing_loops():
     graph = make_graph("x", seed=4)
     module = jnn.GATConv(4, num_heads=2, backend="xla")

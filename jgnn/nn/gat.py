@@ -122,9 +122,14 @@ class _HeadAttention(_utils.CheckedOptions, nn.Module):
         rows = sets.rows({"h": x_src}, {"h": x_dst})
         g = sets.graph(graph, rows)
         loop_edges = None
+        inner_loops = False
         if self.add_self_loops:
             e, n_loops = graph_lib.num_edges(graph), min(sets.num_src, sets.num_dst)
-            per_edge, per_loop = {"keep": ~_utils.existing_loops(graph)}, {"keep": jnp.ones((n_loops,), bool)}
+            # Existing loops are masked out, unless the layout knows there are none (`GraphLayout.own_loops`;
+            # jraph-padded batches have loops on the padding node): then no per-edge flag or select, as by hand.
+            per_edge, per_loop = {}, {}
+            if not (layout is not None and layout.own_loops is False):
+                per_edge, per_loop = {"keep": ~_utils.existing_loops(graph)}, {"keep": jnp.ones((n_loops,), bool)}
             if attr is not None:
                 per_edge |= {"attr": attr, "new": jnp.zeros((e,), bool)}
                 per_loop |= {"attr": jnp.zeros((n_loops, attr.shape[-1]), attr.dtype),
@@ -137,14 +142,14 @@ class _HeadAttention(_utils.CheckedOptions, nn.Module):
             if sets.bipartite:  # the loops join source i to destination i: appended here
                 g = looped()
             else:  # appended inside the compiled layer, which then sees that every node sends and receives one
-                g, loop_edges = g._replace(edges=per_edge), per_loop
+                g, loop_edges, inner_loops = g._replace(edges=per_edge or None), per_loop or None, True
         elif attr is not None:
             g = g._replace(edges={"attr": attr})
         drop = _utils.attention_dropout(self, self.attention_dropout, deterministic)
         e = graph_lib.num_edges(g)
         g = g._replace(edges=_utils.with_dropout_ids(g.edges or {}, drop, e) or None)
-        if loop_edges is not None and drop is not None:  # the loops' ids follow the edges', as appended
-            loop_edges = {**loop_edges, **{k: v + e for k, v in drop.edge_features(n_loops).items()}}
+        if inner_loops and drop is not None:  # the loops' ids follow the edges', as appended
+            loop_edges = {**(loop_edges or {}), **{k: v + e for k, v in drop.edge_features(n_loops).items()}}
         concat = self.concat
 
         def phi(src, dst, edge):
@@ -168,7 +173,6 @@ class _HeadAttention(_utils.CheckedOptions, nn.Module):
             return out if bias is None else out + bias
 
         layer = message_passing(phi, _attention_rho, psi, backend=self.backend, remat=self.remat)
-        inner_loops = loop_edges is not None
         out = _utils.output_graph(graph, sets, sets.output(
             layer(g, layout=layout, self_loops=inner_loops, loop_edges=loop_edges).nodes))
         if return_attention_weights:
