@@ -11,6 +11,8 @@ split off only when it has the rank of the other operand, so no rank-0 matmul is
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 from jax import lax
 
 from jgnn import ir
@@ -18,6 +20,7 @@ from jgnn.ops.gather import gather_p
 from jgnn.passes.context import Builder, Context
 from jgnn.report import Pass, Reason
 
+NARROW = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})  # floats a matmul accumulates wider
 _THROUGH = (lax.reshape_p, lax.broadcast_in_dim_p, lax.convert_element_type_p, lax.dot_general_p)
 
 
@@ -97,14 +100,22 @@ def _split(op: ir.Op, ctx: Context, made_by, b: Builder) -> list[ir.Op] | None:
     else:
         pieces, new_ops = [(a, op.inputs[1]) for a in lhs_op.inputs], []
         combine = [lax.add_p if lhs_op.prim is lax.add_p else lax.sub_p]
-    partial = [ir.new_op(lax.dot_general_p, [a, w], op.params) for a, w in pieces]
+    # A bfloat16/float16 matmul accumulates in float32 and rounds once; so do its pieces and their sum, or each
+    # piece's rounding would stay in a result that cancels (fuzz campaign 20261127: 13x the reference's error).
+    narrow = np.dtype(op.outputs[0].dtype) in NARROW
+    params = dict(op.params, preferred_element_type=np.dtype(np.float32)) if narrow else op.params
+    partial = [ir.new_op(lax.dot_general_p, [a, w], params) for a, w in pieces]
     new_ops += partial
     acc = partial[0].outputs[0]
     for prim, nxt in zip(combine, partial[1:], strict=True):
-        last = nxt is partial[-1]
+        last = nxt is partial[-1] and not narrow
         add = ir.new_op(prim, [acc, nxt.outputs[0]], {}, outputs=op.outputs if last else None)
         new_ops.append(add)
         acc = add.outputs[0]
+    if narrow:
+        new_ops.append(ir.new_op(lax.convert_element_type_p, [acc],
+                                 dict(new_dtype=np.dtype(op.outputs[0].dtype), weak_type=False, sharding=None),
+                                 outputs=op.outputs))
     code = Reason.SPLIT_CONCAT if lhs_op.prim is lax.concatenate_p else Reason.SPLIT_SUM
     widths = [int(a.shape[-1]) if a.ndim else 1 for a, _ in pieces]
     ctx.applied(Pass.LINEAR_SPLIT, code, pieces=", ".join("/".join(map(str, w)) for w in sorted(wheres, key=str)),
