@@ -300,7 +300,8 @@ def test_attention_with_a_layout_of_a_loop_free_graph_masks_nothing(name, loops)
     for a, b in zip(jax.tree.leaves(jax.grad(loss(with_layout), argnums=(0, 1))(params, x)),
                     jax.tree.leaves(jax.grad(loss(without), argnums=(0, 1))(params, x)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    (_, wa), (_, wb) = (module.apply(params, graph, layout=lay, return_attention_weights=True) for lay in (layout, None))
+    (_, wa), (_, wb) = (module.apply(params, graph, layout=lay, return_attention_weights=True)
+                        for lay in (layout, None))
     np.testing.assert_allclose(wa[1], wb[1], rtol=1e-5, atol=1e-6)
     compares = [e for e in jax.make_jaxpr(with_layout)(params, x).eqns if e.primitive.name == "eq"
                 and e.outvars[0].aval.shape == graph.senders.shape]
