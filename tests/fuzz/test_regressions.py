@@ -110,6 +110,35 @@ def _graph_network_concat() -> pg.Program:
     return pg.Program("graph_network", source, sig, (("W0", (9, 4)), ("W1", (5, 1))), frozenset({"graph_network"}))
 
 
+def _destination_softmax() -> pg.Program:
+    """A message-passing program whose softmax scores and values are read from the destination only, beside a
+    node-scaled sum and a max, under a tanh MLP (campaign 20261127)."""
+    source = """
+def model(backend, inputs, params):
+    P = params
+    def phi(src, dst, edge):
+        p1 = jnp.stack([edge["x"], edge["x"]])
+        p2 = p1.reshape(8) @ P["W0"]
+        p3 = p2.reshape(2, 1)
+        p5 = dst["h"] @ P["W1"]
+        p6 = p5.reshape(2, 1)
+        p7 = jnp.sum(p6 * P["W2"], -1)
+        return {"m0": p3, "m1": p2, "l": p7, "v": p6}
+    def rho(mb, node):
+        return {"a_m0": jgnn.sum(mb["m0"] * node["h"][0]), "a_m1": jgnn.max(mb["m1"]),
+                "a_att": jgnn.sum(jgnn.softmax(mb["l"])[..., None] * mb["v"])}
+    def psi(node, agg):
+        q1 = jnp.concatenate([agg["a_m0"].reshape(-1), agg["a_m1"].reshape(-1), agg["a_att"].reshape(-1)])
+        return {"h": jnp.tanh(q1 @ P["W3"]) @ P["W4"]}
+    layer = jgnn.message_passing(phi, rho, psi, backend=backend)
+    return layer(inputs["graph"]).nodes
+"""
+    sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("m", ()), ("x", (4,))), node_types=3, edge_types=3)
+    return pg.Program("message_passing", source, sig, (("W0", (8, 2)), ("W1", (1, 2)), ("W2", (2, 1)),
+                                                       ("W3", (6, 8)), ("W4", (8, 4))),
+                      frozenset({"rho_softmax", "rho_max", "rho_node_scaled", "psi_mlp", "stack"}))
+
+
 CASES = {
     # CI at ce3ef70: float32 features near 1e19 saturate every softmax row. The tangent α·ds − α·T cancelled two
     # 1e19 terms (xla: 1e32 where the reference has −5e19), and the Pallas forward's row max, recomputed by
@@ -159,6 +188,12 @@ CASES = {
     # The pieces now accumulate in float32 and round once.
     "graph_network_bfloat16_split": Case(_graph_network_concat(), "bfloat16", GraphSpec("padded", frozenset(), 523),
                                          ValueSpec(4124, "normal", (Pattern("neginf", "graph.nodes.h"),))),
+    # Campaign 20261127 (2 cases per backend, `repro_13`): float32 features near 1e19; a one-edge row's softmax
+    # weight is NaN in the jitted reference, 1 in jgnn: XLA computed the score in two fusions, rounded 1 ulp
+    # (2.7e11) apart, so exp(s - max) overflowed. Op by op the reference gives 1 too (`checker.Oracle.eager`).
+    "destination_softmax_reference_recomputes": Case(_destination_softmax(), "float32",
+                                                     GraphSpec("padded", frozenset({"sources"}), 102),
+                                                     ValueSpec(314, "huge", ())),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
