@@ -212,8 +212,9 @@ def run_chunk_isolated(chunk_seed: int, batches: int, on_checked, *, stop: pathl
 
 
 def campaign(cases: int, seed: int, chunk: int, jobs: int = 1, log=print, on_chunk=None,
-             check: str = CHECK) -> tuple[dict, int, int, float]:
-    """Check batches until ``cases`` cases ran, ``jobs`` chunks at a time (seeds ``seed``, ``seed + 1``, ...);
+             check: str = CHECK, max_chunks: int | None = None) -> tuple[dict, int, int, float]:
+    """Check batches until ``cases`` cases ran (or ``max_chunks`` chunks did), ``jobs`` chunks at a time (seeds
+    ``seed``, ``seed + 1``, ...);
     ``on_chunk(found, cases, batches, seconds)`` after each chunk (the report so far: a campaign cut short
     keeps what it found). Chunks that are running when the count is reached stop after their current batch."""
     found: dict[tuple, Found] = {}
@@ -252,7 +253,8 @@ def campaign(cases: int, seed: int, chunk: int, jobs: int = 1, log=print, on_chu
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             pending, next_seed = set(), seed
             while True:
-                while len(pending) < jobs and not stop.exists():
+                while len(pending) < jobs and not stop.exists() and (max_chunks is None or
+                                                                      next_seed - seed < max_chunks):
                     pending.add(pool.submit(run, next_seed))
                     next_seed += 1
                 if not pending:
