@@ -17,6 +17,16 @@ from tests.fuzz.graphs import GraphSpec, Pattern, Signature, ValueSpec
 from tests.fuzz.strategies import Case
 
 
+def _compiled_source(lines: list[str], ret: str, extra_args: tuple[str, ...] = ()) -> str:
+    """``model(backend, inputs, params)`` running ``fn(graph, *extra_args, P)`` (body ``lines``, returning ``ret``)
+    under `jgnn.compile`; each extra argument is the input of that name."""
+    args = ", ".join(("graph",) + extra_args + ("P",))
+    fn = pg.function("fn", args, lines, ret)
+    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
+    call = ", ".join(["inputs['graph']"] + [f"inputs['{a}']" for a in extra_args] + ["params"])
+    return pg.function("model", "backend, inputs, params", body, f"compiled({call})")
+
+
 def _jraph_gat(width: int = 8, head_width: int = 4) -> pg.Program:
     """`strategies.gat_programs` with features of ``width``, 2 heads of ``head_width``, no bias and no mask."""
     lines = [
@@ -26,9 +36,7 @@ def _jraph_gat(width: int = 8, head_width: int = 4) -> pg.Program:
         "update = lambda x: jax.nn.elu(x.reshape(x.shape[0], -1))",
         'out = jraph.GAT(query, logit, update)(graph._replace(nodes=graph.nodes["h"]))',
     ]
-    fn = pg.function("fn", "graph, P", lines, '{"h": out.nodes}')
-    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
-    source = pg.function("model", "backend, inputs, params", body, "compiled(inputs['graph'], params)")
+    source = _compiled_source(lines, '{"h": out.nodes}')
     sig = Signature(node_feats=(("h", (width,)),), edge_feats=(("m", ()),))
     return pg.Program("jraph_gat", source, sig, (("W0", (width, 2 * head_width)), ("W1", (2, head_width)),
                                                  ("W2", (2, head_width))), frozenset({"jraph_gat"}))
@@ -41,9 +49,7 @@ def _typed_chain_max() -> pg.Program:
              'm = jnp.einsum("ef,efk->ek", m, P["W0"][graph.edges["type"]])',
              'm = jnp.einsum("ef,efk->ek", m, P["W1"][graph.edges["type"]])',
              "agg = jraph.segment_max(m, graph.receivers, x.shape[0])"]
-    fn = pg.function("fn", "graph, P", lines, '{"h": agg}')
-    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
-    source = pg.function("model", "backend, inputs, params", body, "compiled(inputs['graph'], params)")
+    source = _compiled_source(lines, '{"h": agg}')
     sig = Signature(node_feats=(("h", (8,)),), edge_types=3)
     return pg.Program("typed_chain", source, sig, (("W0", (3, 8, 4)), ("W1", (3, 4, 4))), frozenset({"typed_weight"}))
 
@@ -86,9 +92,7 @@ def _hub_mean_by_index() -> pg.Program:
              "m = x[idx]",
              'm = m * graph.edges["x"][:, :1]',
              "agg = jax.ops.segment_sum(m, r, n) / jnp.maximum(jax.ops.segment_sum(jnp.ones_like(m[:, :1]), r, n), 1)"]
-    fn = pg.function("fn", "graph, idx, P", lines, '{"h": agg}')
-    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
-    source = pg.function("model", "backend, inputs, params", body, "compiled(inputs['graph'], inputs['idx'], params)")
+    source = _compiled_source(lines, '{"h": agg}', ("idx",))
     sig = Signature(node_feats=(("h", (8,)),), edge_feats=(("x", (4,)),), extras=(("idx", 1100),))
     return pg.Program("segments", source, sig, (), frozenset({"gather_idx_arg", "rho_mean"}))
 
@@ -103,9 +107,7 @@ def _graph_network_concat() -> pg.Program:
              '    return {"h": jnp.concatenate([nodes["h"], received["x"]], -1) @ P["W1"]}',
              'net = jraph.GraphNetwork(update_edge_fn, update_node_fn, aggregate_edges_for_nodes_fn=jraph.segment_sum)',
              "out = net(graph)"]
-    fn = pg.function("fn", "graph, P", lines, '{"nodes": out.nodes, "edges": out.edges["x"]}')
-    body = fn.splitlines() + ["compiled = jgnn.compile(fn, backend=backend)"]
-    source = pg.function("model", "backend, inputs, params", body, "compiled(inputs['graph'], params)")
+    source = _compiled_source(lines, '{"nodes": out.nodes, "edges": out.edges["x"]}')
     sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("x", (4,)),), globals_width=3)
     return pg.Program("graph_network", source, sig, (("W0", (9, 4)), ("W1", (5, 1))), frozenset({"graph_network"}))
 
