@@ -52,8 +52,8 @@ class Found:
 
 
 def run_chunk(chunk_seed: int, batches: int, on_batch) -> None:
-    """The chunk's batches, from its seed alone (not derandomized: the test suite's hypothesis profile is, and a
-    child process, which has no such profile, must draw the same batches as its parent)."""
+    """The chunk's batches, from its seed alone (``derandomize=False`` whatever profile is loaded; checked: the
+    test suite's derandomizing profile does not change what a seeded chunk draws)."""
     @settings(max_examples=batches, deadline=None, database=None, derandomize=False, phases=[Phase.generate],
               suppress_health_check=_QUIET)
     @hypothesis_seed(chunk_seed)
