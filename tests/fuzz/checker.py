@@ -399,8 +399,9 @@ class Oracle:
     def eager(self, name: str):
         """The reference's part run op by op (`jax.disable_jit`), or None where that fails: a second opinion.
 
-        Jitted, XLA may compute one value twice in two fusions that round it differently: a softmax score near
-        1e18 and the row max taken from another copy of it differ by an ulp (2.7e11), ``exp`` of that is inf, and
+        Jitted, XLA may compute one value twice, rounded differently: on a one-edge row with a softmax score near
+        3e18, ``s − max`` came out 3.2e10 and −5.5e11 instead of 0 (the score recomputed inside the subtraction,
+        its last product unrounded, against a max of the rounded score), ``exp`` of that is inf, and
         a one-edge row's weight is NaN where the program says 1 (campaign 20261127, `repro_13`). Op by op, every
         value is computed once, as the program is written."""
         if self.eager_parts is None:

@@ -191,8 +191,9 @@ CASES = {
     "graph_network_bfloat16_split": Case(_graph_network_concat(), "bfloat16", GraphSpec("padded", frozenset(), 523),
                                          ValueSpec(4124, "normal", (Pattern("neginf", "graph.nodes.h"),))),
     # Campaign 20261127 (2 cases per backend, `repro_13`): float32 features near 1e19; a one-edge row's softmax
-    # weight is NaN in the jitted reference, 1 in jgnn: XLA computed the score in two fusions, rounded 1 ulp
-    # (2.7e11) apart, so exp(s - max) overflowed. Op by op the reference gives 1 too (`checker.Oracle.eager`).
+    # weight is NaN in the jitted reference, 1 in jgnn: jitted, s - max was 3.2e10 and -5.5e11, not 0 (the score
+    # recomputed unrounded inside the subtraction), so exp overflowed. Op by op it is 0 and the reference gives
+    # jgnn's answer (`checker.Oracle.eager`).
     "destination_softmax_reference_recomputes": Case(_destination_softmax(), "float32",
                                                      GraphSpec("padded", frozenset({"sources"}), 102),
                                                      ValueSpec(314, "huge", ())),

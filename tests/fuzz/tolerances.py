@@ -38,8 +38,9 @@ A float64 case has no better oracle, so ``o = r`` and only the RTOL term applies
 equal exactly.
 
 A part that fails all of this against the jitted reference is compared once more, by the same rules, with the
-reference run op by op (`checker.Oracle.eager`): jitted, XLA may compute one value in two fusions that round it
-apart (a softmax score and its row max), and at large magnitudes ``exp`` of that ulp is inf.
+reference run op by op (`checker.Oracle.eager`): jitted, XLA may recompute one value rounded differently (a
+softmax score inside ``s − max``, against the max of the rounded score), and at large magnitudes ``exp`` of the
+difference is inf.
 """
 
 from __future__ import annotations
