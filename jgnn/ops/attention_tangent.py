@@ -158,14 +158,12 @@ def _kernels(planned, operands, keep) -> list[bool]:
     """Whether each planned op would run as a Pallas kernel on its backend."""
     from jgnn.ops import lowering
 
-    avals = lambda xs: [jax.ShapeDtypeStruct(jax.numpy.shape(x), x.dtype) for x in xs]  # noqa: E731
-    return [lowering.decide(*_pruned_avals(new, [*operands, *extra, *keep], avals)).impl == "kernel"
-            for new, extra in planned]
-
-
-def _pruned_avals(new, operands, avals):
-    pruned, kept = eo.pruned(new, operands)
-    return pruned, avals(kept)
+    kernels = []
+    for new, extra in planned:
+        pruned, kept = eo.pruned(new, [*operands, *extra, *keep])
+        avals = [jax.ShapeDtypeStruct(jax.numpy.shape(x), x.dtype) for x in kept]
+        kernels.append(lowering.decide(pruned, avals).impl == "kernel")
+    return kernels
 
 
 def _alike(kernels: list[bool]) -> bool:
@@ -185,6 +183,9 @@ def backward_record(spec: eo.EdgeSpec, operand_avals, varying=None) -> dict:
     varying = varying or (True,) * len(operand_avals)
     slots = tuple(k for k, (a, v) in enumerate(zip(operand_avals, varying, strict=True))
                   if v and jax.numpy.issubdtype(a.dtype, jax.numpy.inexact))
+    if not slots:  # nothing to differentiate: no backward ops
+        return {"backward": "xla", "backward_code": Reason.BACKWARD_ON_XLA, "backward_ops": 0,
+                "backward_kernel_ops": 0}
     s, v = eo.message_avals(spec, operand_avals)
     n = spec.num_segments
     out = jax.ShapeDtypeStruct((n,) + v.shape[1:], jax.numpy.result_type(s.dtype, v.dtype))
@@ -194,7 +195,7 @@ def backward_record(spec: eo.EdgeSpec, operand_avals, varying=None) -> dict:
             for i, k in enumerate(slots)}
     planned, _ = _plan(spec, slots, list(range(len(slots))), rows, m, m, out)
     kernels = _kernels(planned, operand_avals, keep)
-    if not slots or spec.backend == "xla" or not any(kernels):
+    if spec.backend == "xla" or not any(kernels):
         impl, code = "xla", Reason.BACKWARD_ON_XLA
     elif all(kernels):
         impl, code = "kernel", Reason.BACKWARD_ON_KERNELS
