@@ -20,7 +20,6 @@ import collections
 import concurrent.futures
 import dataclasses
 import importlib
-import io
 import json
 import multiprocessing
 import pathlib
@@ -155,16 +154,15 @@ class _Records:
     def new(self) -> list[tuple]:
         if not self.path.exists():
             return []
-        data = self.path.read_bytes()
         out = []
-        while self.offset < len(data):
-            try:
-                fh = io.BytesIO(data[self.offset:])
-                out.append(pickle.load(fh))
-            except (EOFError, pickle.UnpicklingError):
-                break  # a record still being written: read it next time
-            self.offset += fh.tell()
-        return out
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            while True:
+                try:
+                    out.append(pickle.load(fh))
+                except (EOFError, pickle.UnpicklingError):
+                    return out  # the end, or a record still being written: read it next time
+                self.offset = fh.tell()
 
 
 def process_crash(batch: strategies.Batch, exitcode: int) -> checker.Failure:

@@ -233,13 +233,18 @@ def x64(dtype: str):
 _CRASHES: dict = {}  # (program, backend, mode, abstract args) -> exception: a trace that failed fails again
 
 
+def _mode_args(ops: Operands, mode: str) -> tuple:
+    """The traced arguments of ``_compiled(..., mode)`` after its two static ones."""
+    both = (ops.cotangent, ops.tangents)
+    return (ops.floats, ops.others, ops.params) + {
+        "vjp": (ops.cotangent,), "vjp_by_jvp": (ops.cotangent,), "jvp": (ops.tangents,), "both": both,
+        "hvp": both, "hvp_by_jvp": both}.get(mode, ())
+
+
 def run(program, backend: str, mode: str, ops: Operands, dtype: str):
     """(result, None) or (None, exception); results are numpy."""
     fn = _compiled(program, backend, mode)
-    args = (ops.treedef, ops.mask, ops.floats, ops.others, ops.params)
-    both = (ops.cotangent, ops.tangents)
-    args += {"vjp": (ops.cotangent,), "vjp_by_jvp": (ops.cotangent,), "jvp": (ops.tangents,), "both": both,
-             "hvp": both, "hvp_by_jvp": both}.get(mode, ())
+    args = (ops.treedef, ops.mask) + _mode_args(ops, mode)
     shapes = tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in jax.tree_util.tree_leaves(args[2:]))
     key = (program, backend, mode, dtype, jax.config.jax_disable_jit, ops.treedef, shapes)  # eager runs apart
     if key in _CRASHES:
@@ -412,21 +417,19 @@ class Oracle:
                 self.eager_parts = {}
         return self.eager_parts.get(name)
 
-    # The reference function that gives each part, and where the part is in its result.
-    ROUNDED = {"forward": ("forward", lambda r: r), "grad": ("vjp", lambda r: r[1]), "jvp": ("jvp", lambda r: r[1])}
+    # The reference function (a `PARTS` mode) that gives each part.
+    MODE_OF_PART = {"forward": "forward", "grad": "vjp", "jvp": "jvp"}
 
     def rounded(self, name: str):
         if name not in self.rounded_parts:
-            mode, pick = self.ROUNDED[name]
+            mode = self.MODE_OF_PART[name]
+            pick = dict(PARTS[mode])[name]
             if name == "grad" and self.grad_by_jvp:
-                mode = "vjp_by_jvp"
-            ops = self.ops
-            args = (ops.floats, ops.others, ops.params) + {"vjp": (ops.cotangent,), "vjp_by_jvp": (ops.cotangent,),
-                                                           "jvp": (ops.tangents,)}.get(mode, ())
-            fn = functools.partial(_compiled(self.program, "reference", mode), ops.treedef, ops.mask)
+                mode = "vjp_by_jvp"  # the same result structure as vjp's
+            fn = functools.partial(_compiled(self.program, "reference", mode), self.ops.treedef, self.ops.mask)
             try:
                 with x64(self.case_dtype):
-                    out = jax.tree_util.tree_map(np.asarray, pick(rounded.evaluate(fn, *args)))
+                    out = jax.tree_util.tree_map(np.asarray, pick(rounded.evaluate(fn, *_mode_args(self.ops, mode))))
             except Exception:  # noqa: BLE001 - no rounded oracle for this program: the float64 one decides
                 out = None
             self.rounded_parts[name] = out

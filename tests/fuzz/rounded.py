@@ -40,16 +40,8 @@ def _wide_dtype(value):
 
 def _wide_combiner(jaxpr: jcore.Jaxpr) -> jcore.Jaxpr:
     """A scatter's scalar combiner (``update_jaxpr``: ``add`` for ``scatter-add``), retraced on wide scalars."""
-    def combine(*args):
-        env = dict(zip(jaxpr.invars, args, strict=True))
-        read = lambda v: v.val if isinstance(v, jcore.Literal) else env[v]  # noqa: E731
-        for eqn in jaxpr.eqns:
-            out = eqn.primitive.bind(*map(read, eqn.invars), **eqn.params)
-            env.update(zip(eqn.outvars, out if eqn.primitive.multiple_results else [out], strict=True))
-        return [read(v) for v in jaxpr.outvars]
-
     avals = [jax.ShapeDtypeStruct(v.aval.shape, _wide_dtype(v.aval.dtype)) for v in jaxpr.invars]
-    return jax.make_jaxpr(combine)(*avals).jaxpr
+    return jax.make_jaxpr(jcore.jaxpr_as_fun(jcore.ClosedJaxpr(jaxpr, [])))(*avals).jaxpr
 
 
 def _wide_param(name: str, value):
@@ -101,9 +93,7 @@ def eval_jaxpr(jaxpr: jcore.Jaxpr, consts, *args) -> list:
 
 def evaluate(fn, *args):
     """``fn(*args)``, every operation rounded once (module docstring); ``fn`` is traced with ``args``."""
-    closed = jax.make_jaxpr(fn)(*args)
-    flat = jax.tree_util.tree_leaves(args)
+    closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
     with jax.enable_x64(True), jax.disable_jit():
-        outs = eval_jaxpr(closed.jaxpr, closed.consts, *flat)
-    shape = jax.eval_shape(fn, *args)
+        outs = eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), outs)
