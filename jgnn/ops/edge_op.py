@@ -211,32 +211,37 @@ def reduce_messages(spec: EdgeSpec, ys: list, rows, n: int) -> list:
 
 
 def softmax_reference(s, v, rows, n: int, *, gather_rows):
-    """jraph's edge softmax and the weighted sum after it, term by term: (out, m, l)."""
+    """jraph's edge softmax and the weighted sum after it: (out, m, l).
+
+    Each row divides once, ``out = Σ e·V / Σ e``, not each edge by its row's ``Σ e`` as jraph does: the same value
+    up to rounding (tied messages come out exactly equal to their value), one edge-sized gather and division
+    fewer. ``e`` and ``Σ e`` come from the same ``exp``, so the weights sum to 1 whatever XLA fuses."""
     m = jax.ops.segment_max(s, rows, n)
     m_rows = jnp.take(m, gather_rows, axis=0, mode="clip")
     e = jnp.exp(s - m_rows)
-    l, saved = normalisers(s, m_rows, e, rows, n)
-    alpha = e / jnp.take(l, gather_rows, axis=0, mode="clip")
-    msg = _trail(alpha, v.ndim) * v
     stat = accumulation_dtype(s.dtype)
-    return [_segment_sum(msg, rows, n), m.astype(stat), saved.astype(stat)]
+    out_dtype = jnp.result_type(s.dtype, v.dtype)
+    acc = accumulation_dtype(out_dtype)
+    l = jax.ops.segment_sum(e.astype(stat), rows, n)
+    total = jax.ops.segment_sum(_trail(e, v.ndim).astype(acc) * v.astype(acc), rows, n)
+    safe_l = jnp.where(l == 0, jnp.ones((), stat), l)  # a row without edges: total is 0, and so is out
+    out = (total / _trail(safe_l, total.ndim).astype(acc)).astype(out_dtype)
+    return [out, m.astype(stat), saved_normaliser(s, m_rows, rows, n)]
 
 
-def normalisers(s, m_rows, e, rows, n: int):
-    """Per row, ``Σ e`` (the forward's own) and the normaliser saved for the derivative rules, in one segment sum.
-
-    The saved one counts each edge as the rules recompute its weight (`edge_fn.softmax_weight`: an edge that
-    snaps to its row's max counts exactly 1), not as the forward's ``e = exp(s − m)``. XLA fuses the score's last
-    product into ``s − m`` (a fused multiply-add), so the max edge's ``e`` is ``exp(δ)`` of the product's rounding
-    error: 5.6e-4 for scores near 1e9 in float32, which made a recomputed weight 1/5.6e-4 = 1,787 instead of 1
-    (fuzz class c). The forward's own ratio ``e / Σe`` is unaffected."""
+def saved_normaliser(s, m_rows, rows, n: int):
+    """Per row, the normaliser saved for the derivative rules: each edge counted as the rules recompute its weight
+    (`edge_fn.softmax_weight`: an edge that snaps to its row's max counts exactly 1), not as the forward's
+    ``e = exp(s − m)``. XLA fuses the score's last product into ``s − m`` (a fused multiply-add), so the max
+    edge's ``e`` is ``exp(δ)`` of the product's rounding error: 5.6e-4 for scores near 1e9 in float32, which made a
+    recomputed weight 1/5.6e-4 = 1,787 instead of 1 (fuzz class c). Its own segment sum, so that a forward pass
+    without derivatives never computes it."""
     stat = accumulation_dtype(s.dtype)
     # in the statistics' dtype, as the rules recompute it: a bfloat16 ``e`` made the saved weights of a row sum to
     # 1 ± 4e-3, so tied messages' score cotangents ``α (p − R)`` were 1e-3 instead of 0 (fuzz, class g)
     exact = jnp.exp(s.astype(stat) - m_rows.astype(stat))
     counted = jnp.where(ef.snaps_to_max(s, m_rows), jnp.ones((), stat), exact)
-    both = _segment_sum(jnp.stack([e.astype(stat), counted], axis=-1), rows, n)
-    return both[..., 0].astype(e.dtype), both[..., 1]
+    return jax.ops.segment_sum(counted, rows, n)
 
 
 def reference(*args, spec: EdgeSpec) -> list:

@@ -294,10 +294,10 @@ def _online_softmax(walk: _Walk, msgs, n: int) -> list:
         corr = jnp.where(m == m_new, jnp.ones((), stat), jnp.exp(m - shift))
         shift_rows = jnp.take(shift, gather_rows, axis=0, mode="clip")
         p = jnp.exp(s - shift_rows)
-        block_l, block_saved = eo.normalisers(s, shift_rows, p, rows, n)
-        l = l * corr + block_l
+        l = l * corr + jax.ops.segment_sum(p, rows, n)
         # an earlier max that snaps to the new one counts 1 there too, as the rules recompute its weight
-        saved = saved * jnp.where(edge_fn.snaps_to_max(m, shift), jnp.ones((), stat), corr) + block_saved
+        saved = (saved * jnp.where(edge_fn.snaps_to_max(m, shift), jnp.ones((), stat), corr)
+                 + eo.saved_normaliser(s, shift_rows, rows, n))
         msg = eo._trail(p, v.ndim).astype(acc_dtype) * v.astype(acc_dtype)
         acc = acc * eo._trail(corr, acc.ndim).astype(acc_dtype) + jax.ops.segment_sum(msg, rows, n)
         return m_new, l, saved, acc, count + counts(rows, n)
