@@ -8,21 +8,21 @@ Encoder: a learned entity embedding, then `--layers` relational graph convolutio
 normalisation is computed once on the host and travels as an edge feature. Decoder: DistMult,
 ``score(h, r, t) = sum(e_h * w_r * e_t)``.
 
-Training (the paper's objective, sized for a 2-core CPU): every step runs the encoder on the full training
-graph, takes ``--batch-size`` training triples, corrupts each ``--negatives`` times with
-`jgnn.linkpred.uniform_negatives` (head or tail), and minimises the binary cross-entropy of positives against
-negatives plus ``--l2`` times the mean squared embedding norms of the decoded entities and relations. Adam,
-lr ``--lr``. The paper trains 500-d embeddings with block-diagonal weights, edge dropout and 1 negative per
-positive on a GPU for many more steps; the defaults here are smaller (100-d, 2 bases, 10 epochs) so that a run
-finishes in about 6 minutes on 2 cores: they are not the paper's settings, and they do not reach its figures
-(filtered test MRR 0.156 here, 0.157 after 50 epochs; `examples/README.md`).
+Training: every step runs the encoder on the full training graph and scores a batch of ``--batch-size``
+queries. ``--objective 1vsall`` (default): each training triple asks ``(h, r, ?)`` and its inverse asks
+``(t, r⁻¹, ?)``; the loss is the cross-entropy of the softmax over every entity's score (1-N scoring, Dettmers et
+al. 2018; the softmax form of Ruffinelli et al. 2020). ``--objective negatives``: the paper's objective, the binary
+cross-entropy of each training triple against ``--negatives`` corruptions of its head or tail drawn by
+`jgnn.linkpred.uniform_negatives`. Both add ``--l2`` times the mean squared embedding norms of the decoded
+entities and relations. Adam, lr ``--lr``. After every epoch the filtered MRR on ``--valid-queries`` validation
+triples (both directions) picks the parameters that the test evaluates (model selection on validation only).
 
 Evaluation: filtered MRR and Hits@{1,3,10} (`jgnn.linkpred`) over the test triples, both directions (tail
 queries and head queries asked as inverse-relation tail queries), filtering every known train/valid/test
 triple; ties count half (the expected rank). Published (R-GCN paper, FB15k-237, filtered): MRR 0.248,
-Hits@1 0.153, Hits@3 0.258, Hits@10 0.414.
+Hits@1 0.153, Hits@3 0.258, Hits@10 0.414. Measured figures: `examples/README.md`.
 
-Ends with one JSON line: ``{"dataset", "seed", "epochs", "test_mrr", "test_hits@1", ..., "seconds"}``.
+Ends with one JSON line: ``{"dataset", "seed", "epochs", "best_epoch", "valid_mrr", "test_mrr", ...}``.
 """
 
 from __future__ import annotations
@@ -117,14 +117,17 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dataset", default="fb15k237", choices=["fb15k237", "wn18rr", "kinship", "nations", "umls"])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--dim", type=int, default=100)
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--bases", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=32768)
-    p.add_argument("--negatives", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--objective", default="1vsall", choices=["1vsall", "negatives"])
+    p.add_argument("--batch-size", type=int, default=4096, help="queries (1vsall) or triples (negatives) per step")
+    p.add_argument("--negatives", type=int, default=32, help="corruptions per triple (--objective negatives)")
+    p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--l2", type=float, default=0.01)
+    p.add_argument("--valid-queries", type=int, default=2000,
+                   help="validation triples (asked both ways) that select the epoch; 0: all")
     p.add_argument("--eval-batch-size", type=int, default=1024)
     p.add_argument("--smoke", action="store_true", help="1 epoch on 2 batches, evaluation on 256 test triples")
     p.add_argument("--backend", default="auto", choices=list(jgnn.BACKENDS))
@@ -144,30 +147,56 @@ def main(argv=None) -> None:
     tx = optax.adam(args.lr)
     opt_state = tx.init(params)
 
-    @jax.jit
-    def step(params, opt_state, graph, layout, positives, key):
-        negatives = linkpred.uniform_negatives(key, positives, ds.num_nodes, args.negatives)  # [B, K, 3]
+    def regulariser(entities, relations, triples):
+        decoded = jnp.concatenate([triples[:, 0], triples[:, 2]])
+        return jnp.mean(entities[decoded] ** 2) + jnp.mean(relations[triples[:, 1] % num_rel] ** 2)
 
+    def one_vs_all(entities, relations, queries, key):
+        del key
+        scores = (entities[queries[:, 0]] * relations[queries[:, 1] % num_rel]) @ entities.T  # [B, N]
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(scores, queries[:, 2]))
+
+    def negative_sampling(entities, relations, positives, key):
+        negatives = linkpred.uniform_negatives(key, positives, ds.num_nodes, args.negatives)  # [B, K, 3]
+        pos, neg = distmult(entities, relations, positives), distmult(entities, relations, negatives)
+        return jnp.mean(optax.sigmoid_binary_cross_entropy(pos, jnp.ones_like(pos))) + jnp.mean(
+            optax.sigmoid_binary_cross_entropy(neg, jnp.zeros_like(neg)))
+
+    objective = {"1vsall": one_vs_all, "negatives": negative_sampling}[args.objective]
+
+    @jax.jit
+    def step(params, opt_state, graph, layout, batch, key):
         def loss_fn(params):
             entities, relations = model.apply({"params": params}, graph, layout)
-            pos, neg = distmult(entities, relations, positives), distmult(entities, relations, negatives)
-            bce = jnp.mean(optax.sigmoid_binary_cross_entropy(pos, jnp.ones_like(pos))) + jnp.mean(
-                optax.sigmoid_binary_cross_entropy(neg, jnp.zeros_like(neg)))
-            decoded = jnp.concatenate([positives[:, 0], positives[:, 2]])
-            reg = jnp.mean(entities[decoded] ** 2) + jnp.mean(relations[positives[:, 1]] ** 2)
-            return bce + args.l2 * reg
+            return objective(entities, relations, batch, key) + args.l2 * regulariser(entities, relations, batch)
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    train = ds.train_triples
+    known = linkpred.KnownAnswers(linkpred.with_inverses(
+        np.concatenate([ds.train_triples, ds.valid_triples, ds.test_triples]), num_rel))
+    encode = jax.jit(model.apply)
+
+    def ranks_of(params, triples):
+        entities, relations = encode({"params": params}, graph, layout)
+        score_tails = jax.jit(lambda h, r: (entities[h] * relations[r % num_rel]) @ entities.T)
+        return linkpred.rank_queries(score_tails, linkpred.with_inverses(triples, num_rel), known,
+                                     batch_size=args.eval_batch_size)
+
     rng = np.random.default_rng(args.seed)
+    valid = ds.valid_triples
+    if args.smoke or 0 < args.valid_queries < valid.shape[0]:
+        valid = valid[rng.permutation(valid.shape[0])[:256 if args.smoke else args.valid_queries]]
+    # 1vsall asks every triple both ways (the head query as an inverse-relation tail query); negatives corrupts
+    # the head or the tail of the triple itself
+    train = linkpred.with_inverses(ds.train_triples, num_rel) if args.objective == "1vsall" else ds.train_triples
     epochs = 1 if args.smoke else args.epochs
     steps_per_epoch = 2 if args.smoke else -(-train.shape[0] // args.batch_size)
-    losses = []
+    losses, valid_mrrs = [], []
+    best = (-1.0, 0, params)
     train_start = time.perf_counter()
-    for _ in tqdm(range(epochs), desc=f"rgcn+distmult/{ds.name}", file=sys.stderr):
+    for epoch in tqdm(range(1, epochs + 1), desc=f"rgcn+distmult/{ds.name}", file=sys.stderr):
         order = rng.permutation(train.shape[0])
         for s in range(steps_per_epoch):
             idx = order[s * args.batch_size:(s + 1) * args.batch_size]
@@ -176,23 +205,24 @@ def main(argv=None) -> None:
             key, sub = jax.random.split(key)
             params, opt_state, loss = step(params, opt_state, graph, layout, jnp.asarray(train[idx]), sub)
         losses.append(float(loss))
+        valid_mrrs.append(linkpred.mean_reciprocal_rank(ranks_of(params, valid)))
+        if valid_mrrs[-1] > best[0]:
+            best = (valid_mrrs[-1], epoch, params)
     train_seconds = time.perf_counter() - train_start
 
-    entities, relations = jax.jit(model.apply)({"params": params}, graph, layout)
-    score_tails = jax.jit(lambda h, r: (entities[h] * relations[r % num_rel]) @ entities.T)
-    known = linkpred.KnownAnswers(linkpred.with_inverses(
-        np.concatenate([ds.train_triples, ds.valid_triples, ds.test_triples]), num_rel))
     test = ds.test_triples[:256] if args.smoke else ds.test_triples
-    ranks = linkpred.rank_queries(score_tails, linkpred.with_inverses(test, num_rel), known,
-                                  batch_size=args.eval_batch_size)
+    ranks = ranks_of(best[2], test)
     metrics = {"test_mrr": round(linkpred.mean_reciprocal_rank(ranks), 4),
                **{f"test_hits@{k}": round(linkpred.hits_at(ranks, k), 4) for k in (1, 3, 10)}}
     print(f"{ds.name}: filtered test MRR {metrics['test_mrr']:.4f}, Hits@1 {metrics['test_hits@1']:.4f}, "
           f"Hits@3 {metrics['test_hits@3']:.4f}, Hits@10 {metrics['test_hits@10']:.4f} "
-          f"({ranks.shape[0]} queries; paper: 0.248 / 0.153 / 0.258 / 0.414)")
-    final_json(example="link_prediction", dataset=ds.name, seed=args.seed, epochs=epochs, dim=args.dim,
-               layers=args.layers, bases=args.bases, negatives=args.negatives, batch_size=args.batch_size,
-               losses=[round(x, 4) for x in losses], **metrics, queries=int(ranks.shape[0]),
+          f"({ranks.shape[0]} queries" + ("; paper: 0.248 / 0.153 / 0.258 / 0.414)" if ds.name == "fb15k237" else ")"))
+    final_json(example="link_prediction", dataset=ds.name, seed=args.seed, objective=args.objective, epochs=epochs,
+               dim=args.dim, layers=args.layers, bases=args.bases, batch_size=args.batch_size,
+               **({"negatives": args.negatives} if args.objective == "negatives" else {}), lr=args.lr, l2=args.l2,
+               losses=[round(x, 4) for x in losses], valid_mrrs=[round(x, 4) for x in valid_mrrs],
+               best_epoch=best[1], valid_mrr=round(best[0], 4), valid_queries=2 * int(valid.shape[0]), **metrics,
+               queries=int(ranks.shape[0]),
                train_seconds=round(train_seconds, 1), seconds=round(time.perf_counter() - start, 1),
                backend=args.backend)
 
