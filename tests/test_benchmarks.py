@@ -127,3 +127,22 @@ def test_flexible_runs_every_system_with_memory(tmp_path, data_dir):
         assert 0 <= r["torch_max_abs_diff"] < 1e-3 and 0 <= r["hand_max_abs_diff"] < 1e-3, r
     md = out.with_suffix(".md").read_text()
     assert "torch/PyG ms" in md and "jgnn / PyG" in md and "Command:" in md
+
+
+def test_thunk_profile_names_the_compiled_programs_thunks():
+    """`profile.thunk_profile` reads the JAX profiler's per-thunk events: the thunks it names are instructions of
+    the compiled HLO, and the work it sums is time the call took on some thread."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from benchmarks.compare.profile import thunk_profile
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((512, 512)), jnp.float32)
+    compiled = jax.jit(lambda a: jnp.tanh(a @ a @ a).sum(0)).lower(x).compile()
+    names = set(re.findall(r"%([\w.\-]+) = ", compiled.as_text()))
+    result = thunk_profile(lambda: jax.block_until_ready(compiled(x)), calls=2)
+    assert result["top"] and {t["thunk"] for t in result["top"]} <= names
+    assert result["wall_ms"] > 0 and 0 < result["work_ms"] <= result["wall_ms"] * (os.cpu_count() + 1)

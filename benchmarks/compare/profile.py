@@ -6,6 +6,11 @@ For each case: jgnn's `jgnn.explain` kernel records (how each fused op is lowere
 (instructions by opcode, the bytes written by scatters, gathers and dots, while loops, the largest buffers), XLA's
 memory analysis, and the forward's and the whole step's time (interleaved, median of ``--repeats``). The optimised
 HLO texts go to ``--out`` (one file per case and system) for reading by hand.
+
+``--thunks`` also runs each program under the JAX profiler and reports where its time goes: per XLA thunk (an HLO
+fusion, dot, scatter, ...) the milliseconds per call summed over the threads that ran it, the call's wall time,
+and their ratio (how many threads were busy on average). A program can do no more work than another and still
+take longer, when XLA overlaps less of it.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import os
 import pathlib
 import re
 import statistics
+import tempfile
 import time
 
 import jax
@@ -97,14 +103,40 @@ def compiled_step(system: str, case, problem, params, *, train: bool):
     return compiled, call
 
 
+def thunk_profile(call, calls: int = 3, top: int = 12) -> dict:
+    """Where ``call``'s time goes, from the JAX profiler's per-thunk events over ``calls`` calls (see the module
+    docstring): ``wall_ms`` (as the caller sees it, under the profiler) and ``work_ms`` per call,
+    ``overlap = work / wall``, and the ``top`` thunks by work."""
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d):
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            wall = (time.perf_counter() - start) * 1e3 / calls
+        trace = next(pathlib.Path(d).rglob("*.xplane.pb"))
+        data = jax.profiler.ProfileData.from_file(str(trace))
+    work: collections.Counter = collections.Counter()
+    for plane in data.planes:
+        for line in plane.lines:
+            if "XLA" not in line.name:  # XLA's client and Eigen pool threads run the thunks
+                continue
+            for ev in line.events:
+                if "::" not in ev.name and not ev.name.startswith("end: "):  # C++ scopes are bookkeeping
+                    work[ev.name] += ev.duration_ns / 1e6 / calls
+    total = sum(work.values())
+    return {"wall_ms": round(wall, 2), "work_ms": round(total, 2), "overlap": round(total / wall, 2) if wall else None,
+            "top": [{"thunk": k, "ms": round(v, 2)} for k, v in work.most_common(top)]}
+
+
 def _variants(budgets: list[int]) -> list[tuple[str, str, int | None]]:
     """(name, system, edge-temp budget): hand, jgnn as configured, and jgnn at each of ``budgets``."""
     return [("hand", "hand", None), ("jgnn", "jgnn", None)] + [(f"jgnn@{b >> 20}MiB", "jgnn", b) for b in budgets]
 
 
-def profile_case(key: str, out: pathlib.Path, repeats: int, budgets: list[int] = ()) -> dict:
+def profile_case(key: str, out: pathlib.Path, repeats: int, budgets: list[int] = (), thunks: bool = False) -> dict:
     """See the module docstring. ``budgets``: also jgnn with ``JGNN_EDGE_TEMP_BYTES`` at each of these (the edge
-    temporaries above which a fused op runs in edge blocks instead of segment ops), decided afresh per variant."""
+    temporaries above which a fused op runs in edge blocks instead of segment ops), decided afresh per variant.
+    ``thunks``: add each program's `thunk_profile`."""
     case = next(c for c in cases.CPU if c.key == key)
     problem = case.load()
     params = systems.initial_params(case.model, problem)
@@ -133,6 +165,9 @@ def profile_case(key: str, out: pathlib.Path, repeats: int, budgets: list[int] =
             times[k].append((time.perf_counter() - t0) * 1e3)
     for (system, mode), ts in times.items():
         result["systems"][system][mode]["ms"] = statistics.median(ts)
+    if thunks:
+        for (system, mode), call in calls.items():
+            result["systems"][system][mode]["thunks"] = thunk_profile(call)
     return result
 
 
@@ -143,11 +178,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="timed calls of each program (0: compile only)")
     p.add_argument("--budgets", default="", help="comma-separated byte counts: jgnn also with JGNN_EDGE_TEMP_BYTES "
                                                  "at each (e.g. 4294967296: every fused op on segment ops)")
+    p.add_argument("--thunks", action="store_true", help="also profile each program per XLA thunk (JAX profiler)")
     args = p.parse_args(argv)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for key in args.cases:
-        result = profile_case(key, out, args.repeats, [int(b) for b in args.budgets.split(",") if b])
+        result = profile_case(key, out, args.repeats, [int(b) for b in args.budgets.split(",") if b], args.thunks)
         (out / f"{key.replace('/', '_')}.json").write_text(json.dumps(result, indent=1, default=str))
         print(json.dumps(result, default=str), flush=True)
     return 0
