@@ -8,8 +8,8 @@ connected component, edges made undirected, a random split seeded by ``--seed`` 
 validation nodes per class and every other node in the test set. Features are row-normalised (each row sums to
 1); Coauthor's sparse features stay a host CSR and only a batch's rows are made dense.
 
-Model: two ``jgnn.nn.SAGEConv`` layers (mean aggregation, root weight), 256 hidden, ReLU, dropout 0.5, Adam
-lr 0.01 with weight decay 5e-4 (``optax.add_decayed_weights``). ``--loader neighbor``: `jgnn.sampling.
+Model: two ``jgnn.nn.SAGEConv`` layers (mean aggregation, root weight), ``--hidden`` units (64), ReLU, dropout
+0.5, Adam lr 0.01 with weight decay 5e-4 (``optax.add_decayed_weights``). ``--loader neighbor``: `jgnn.sampling.
 NeighborLoader` with fan-outs ``--fanouts`` (default 15 10, as PyG's GraphSAGE examples) around batches of
 training nodes. ``--loader cluster``:
 `jgnn.sampling.ClusterLoader` over ``--clusters`` METIS clusters (``pymetis``; BFS runs without it),
@@ -155,8 +155,8 @@ def main(argv=None) -> None:
     p.add_argument("--dataset", default="amazon_computers", choices=DATASETS)
     p.add_argument("--loader", default="neighbor", choices=["neighbor", "cluster"])
     p.add_argument("--seed", type=int, default=0, help="split, initialisation and sampling seed")
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--eval-every", type=int, default=5, help="epochs between validation passes")
+    p.add_argument("--epochs", type=int, default=300)
+    p.add_argument("--eval-every", type=int, default=10, help="epochs between validation passes")
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10])
     p.add_argument("--batch-size", type=int, default=512, help="seed nodes per training batch (neighbor)")
     p.add_argument("--eval-batch-size", type=int, default=1024, help="seed nodes per evaluation batch (neighbor)")
@@ -165,7 +165,7 @@ def main(argv=None) -> None:
     p.add_argument("--eval", default="full", choices=["full", "sampled"],
                    help="validation/test on the whole graph with every neighbour, or on the training loader's batches")
     p.add_argument("--prefetch", type=int, default=1, help="batches built ahead in a background thread (0: none)")
-    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--smoke", action="store_true", help="2 epochs, for tests")
     p.add_argument("--no-progress", action="store_true", help="no tqdm bars")
