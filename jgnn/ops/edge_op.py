@@ -214,8 +214,8 @@ def softmax_reference(s, v, rows, n: int, *, gather_rows):
     """jraph's edge softmax and the weighted sum after it: (out, m, l).
 
     Each row divides once, ``out = Σ e·V / Σ e``, not each edge by its row's ``Σ e`` as jraph does: the same value
-    up to rounding (tied messages come out exactly equal to their value), one edge-sized gather and division
-    fewer. ``e`` and ``Σ e`` come from the same ``exp``, so the weights sum to 1 whatever XLA fuses."""
+    up to rounding, with one edge-sized gather and division fewer. ``e`` and ``Σ e`` come from the same ``exp``, so
+    whatever XLA fuses into ``s − m`` scales numerator and denominator alike."""
     m = jax.ops.segment_max(s, rows, n)
     m_rows = jnp.take(m, gather_rows, axis=0, mode="clip")
     e = jnp.exp(s - m_rows)
