@@ -28,6 +28,7 @@ Ends with one JSON line: ``{"dataset", "seed", "epochs", "best_epoch", "valid_mr
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -177,12 +178,13 @@ def main(argv=None) -> None:
     known = linkpred.KnownAnswers(linkpred.with_inverses(
         np.concatenate([ds.train_triples, ds.valid_triples, ds.test_triples]), num_rel))
     encode = jax.jit(model.apply)
+    # entities and relations are arguments, not closed-over constants: one trace and compile for every evaluation
+    score_tails = jax.jit(lambda entities, relations, h, r: (entities[h] * relations[r % num_rel]) @ entities.T)
 
     def ranks_of(params, triples):
         entities, relations = encode({"params": params}, graph, layout)
-        score_tails = jax.jit(lambda h, r: (entities[h] * relations[r % num_rel]) @ entities.T)
-        return linkpred.rank_queries(score_tails, linkpred.with_inverses(triples, num_rel), known,
-                                     batch_size=args.eval_batch_size)
+        return linkpred.rank_queries(functools.partial(score_tails, entities, relations),
+                                     linkpred.with_inverses(triples, num_rel), known, batch_size=args.eval_batch_size)
 
     rng = np.random.default_rng(args.seed)
     valid = ds.valid_triples

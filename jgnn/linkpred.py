@@ -164,6 +164,10 @@ def filtered_ranks(scores: jax.Array, targets: jax.Array, known: jax.Array, *, t
     return (1.0 + ahead + _TIES[ties] * tied).astype(jnp.float32)
 
 
+# one jitted function for every `rank_queries` call: a lambda per call would be traced and compiled again each time
+_jitted_ranks = jax.jit(filtered_ranks, static_argnames="ties")
+
+
 def mean_reciprocal_rank(ranks) -> float:
     """Mean of ``1 / rank``."""
     return float(np.mean(1.0 / np.asarray(ranks, np.float64)))
@@ -184,7 +188,6 @@ def rank_queries(score_fn: Callable[[jax.Array, jax.Array], jax.Array], triples:
     """
     triples = np.asarray(triples)
     width = known.max_answers
-    rank_fn = jax.jit(lambda s, t, k: filtered_ranks(s, t, k, ties=ties))
     out = []
     for start in range(0, triples.shape[0], batch_size):
         chunk = triples[start:start + batch_size]
@@ -192,7 +195,7 @@ def rank_queries(score_fn: Callable[[jax.Array, jax.Array], jax.Array], triples:
         if real < batch_size:
             chunk = np.concatenate([chunk, np.repeat(chunk[:1], batch_size - real, axis=0)])
         scores = score_fn(jnp.asarray(chunk[:, 0]), jnp.asarray(chunk[:, 1]))
-        ranks = rank_fn(scores, jnp.asarray(chunk[:, 2]), jnp.asarray(known.lookup(chunk, width)))
+        ranks = _jitted_ranks(scores, jnp.asarray(chunk[:, 2]), jnp.asarray(known.lookup(chunk, width)), ties=ties)
         out.append(np.asarray(ranks)[:real])
     return np.concatenate(out) if out else np.zeros(0, np.float32)
 

@@ -224,9 +224,13 @@ def softmax_reference(s, v, rows, n: int, *, gather_rows):
     acc = accumulation_dtype(out_dtype)
     l = jax.ops.segment_sum(e.astype(stat), rows, n)
     total = jax.ops.segment_sum(_trail(e, v.ndim).astype(acc) * v.astype(acc), rows, n)
-    safe_l = jnp.where(l == 0, jnp.ones((), stat), l)  # a row without edges: total is 0, and so is out
-    out = (total / _trail(safe_l, total.ndim).astype(acc)).astype(out_dtype)
-    return [out, m.astype(stat), saved_normaliser(s, m_rows, rows, n)]
+    return [divide_rows(total, l).astype(out_dtype), m.astype(stat), saved_normaliser(s, m_rows, rows, n)]
+
+
+def divide_rows(total, l):
+    """``total / l`` per row, in ``total``'s dtype; a row whose ``l`` is 0 (no edges, so ``total`` is 0) gives 0."""
+    safe_l = jnp.where(l == 0, jnp.ones((), l.dtype), l)
+    return total / _trail(safe_l, total.ndim).astype(total.dtype)
 
 
 def saved_normaliser(s, m_rows, rows, n: int):

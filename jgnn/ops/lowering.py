@@ -305,7 +305,6 @@ def _online_softmax(walk: _Walk, msgs, n: int) -> list:
     m, l, saved, acc, count = walk.fold(step, init)
     has_edges = eo._trail(count, acc.ndim) > 0
     all_neg_inf = eo._trail(m == -jnp.inf, acc.ndim) & has_edges
-    safe_l = jnp.where(l == 0, jnp.ones((), stat), l)
-    out = jnp.where(has_edges, acc / eo._trail(safe_l, acc.ndim).astype(acc_dtype), jnp.zeros((), acc_dtype))
+    out = jnp.where(has_edges, eo.divide_rows(acc, l), jnp.zeros((), acc_dtype))
     out = jnp.where(all_neg_inf, jnp.full((), math.nan, acc_dtype), out)
     return [out.astype(out_dtype), m, saved]
