@@ -5,12 +5,14 @@ softmax of the scores ``s`` over each row's edges. Its tangent is::
 
     d_out_v = Σ_e (α_e (ds_e − c_v) − α_e T_v) V_e + α_e dV_e,      T_v = Σ_e α_e (ds_e − c_v)
 
-with ``c_v`` the row max's tangent (`jgnn.ops.tangent_shift`). Forward mode computes it as three SUM edge ops
-(`edge_fn.MaxTangent`, `WeightTangent`, `SoftmaxTangent`). Transposed one op at a time, as JAX would transpose
-them, the cotangent of each score splits in two: ``α_e g_v·V_e`` from the last op, and ``−α_e Σ α g_v·V`` through
-``T``. Each half is summed over a row by its own op, and the two sums are added only afterwards. For an operand
-read at the row's own node, both sums have size ``|g| |V|`` and cancel, leaving an error of ``ε |g| |V|``. The
-fuzzer found 1e31 where jraph gives 1e23 (float32 scores near 1e19 with tied duplicate edges).
+with ``c_v`` the row max's tangent (`jgnn.ops.tangent_shift`). Forward mode computes it as four edge ops: the
+tied edges' tangent sum and count (SUM) and their largest tangent (MAX), both `edge_fn.MaxTangent`, from which
+`tangent_shift` takes ``c_v``; then ``T`` and the tangent itself (SUM: `WeightTangent`, `SoftmaxTangent`).
+Transposed one op at a time, as JAX would transpose them, the cotangent of each score splits in two:
+``α_e g_v·V_e`` from the last op, and ``−α_e Σ α g_v·V`` through ``T``. Each half is summed over a row by its own
+op, and the two sums are added only afterwards. For an operand read at the row's own node, both sums have size
+``|g| |V|`` and cancel, leaving an error of ``ε |g| |V|``. The fuzzer found 1e31 where jraph gives 1e23 (float32
+scores near 1e19 with tied duplicate edges).
 
 jraph's backward forms each edge's score cotangent ``α_e (g_v·V_e − R_v)`` first, with ``R_v = Σ_e α_e
 g_v·V_e``, and passes the row sum of those cotangents (zero in exact arithmetic) back through its
@@ -61,18 +63,19 @@ def _split(args, spec: eo.EdgeSpec, slots):
 
 
 def _forward_mode(*args, spec: eo.EdgeSpec, slots):
-    """The tangent as three SUM edge ops (see module docstring): what every rule but the transpose runs."""
+    """The tangent as four edge ops (see module docstring): what every rule but the transpose runs."""
     src_ids, dst_ids, operands, tangents, m, l, layout = _split(args, spec, slots)
     row = eo.row_group(spec)
     moving = tuple(spec.groups[k] for k in slots)
 
-    def bind(fn, extra_groups, extra):
-        new = eo.derived(spec, fn, moving + tuple(extra_groups), reduce=eo.Reduce.SUM)
+    def bind(fn, extra_groups, extra, reduce=eo.Reduce.SUM):
+        new = eo.derived(spec, fn, moving + tuple(extra_groups), reduce=reduce)
         return eo.bind_pruned(new, src_ids, dst_ids, [*operands, *tangents, *extra], layout)
 
     scores = ef.Pick(spec.fn, (0,))  # the scores, without the values
     hit_sum, hit_count = bind(ef.MaxTangent(scores, slots), (row,), (m,))
-    shift = tangent_shift(hit_sum, hit_count)
+    (top,) = bind(ef.MaxTangent(scores, slots, top=True), (row,), (m,), eo.Reduce.MAX)
+    shift = tangent_shift(hit_sum, hit_count, top)
     total = bind(ef.WeightTangent(scores, slots, normalized=True), (row,) * 3, (m, l, shift))[0]
     return bind(ef.SoftmaxTangent(spec.fn, slots), (row,) * 4, (m, l, total, shift))[0]
 

@@ -297,7 +297,8 @@ class WeightTangent(EdgeFn):
 @dataclasses.dataclass(frozen=True, eq=False)
 class MaxTangent(EdgeFn):
     """Summed per row, the tangent of the max of the scores as JAX's ``segment_max`` rule gives it, before the
-    tie share: ``(ds_e, 1)`` on edges whose score equals the row's max ``m_v``, ``(0, 0)`` elsewhere. It is only
+    tie share: ``(ds_e, 1)`` on edges whose score equals the row's max ``m_v``, ``(0, 0)`` elsewhere; with ``top``,
+    ``ds_e`` there and −inf elsewhere, for a MAX reduction (the ties' largest tangent, `tangent_shift`). It is only
     the shift of `SoftmaxTangent`, so a recomputed score that misses the saved max costs precision, not
     correctness.
 
@@ -306,6 +307,7 @@ class MaxTangent(EdgeFn):
 
     base: EdgeFn
     slots: tuple[int, ...]
+    top: bool = False  # instead ``ds_e`` on those edges, −inf elsewhere, for a MAX reduction (`tangent_shift`)
 
     @property
     def n_in(self) -> int:
@@ -315,6 +317,8 @@ class MaxTangent(EdgeFn):
         n = self.base.n_in
         (s,), (ds,) = _jvp(self.base, rows[:n], self.slots, rows[n:-1], lanes)
         hit = attains_max(s, rows[-1])
+        if self.top:
+            return [jnp.where(hit, ds, jnp.full((), -jnp.inf, ds.dtype))]
         return [jnp.where(hit, ds, jnp.zeros((), ds.dtype)), hit.astype(ds.dtype)]
 
 

@@ -26,23 +26,36 @@ from jgnn import compat, facts
 tangent_shift_p = jcore.Primitive("jgnn_tangent_shift")
 
 
-def tangent_shift(total, count):
-    """``total / max(count, 1)``: a mean tangent per row, whose transpose is zero (see module docstring)."""
-    return tangent_shift_p.bind(*compat.match_vma((total, count)))
+def tangent_shift(total, count, top=None):
+    """``total / max(count, 1)``: a mean tangent per row, whose transpose is zero (see module docstring).
+
+    With ``top`` (the largest of the tangents summed into ``total``), ``top`` itself wherever the mean is finite
+    and ``count > 0``: it is one of the row's tangents bit for bit, so ties whose tangents are equal (duplicate
+    edges) centre to exactly 0, where the rounded mean leaves an ulp of ``|ds|`` that ``Σ dα V`` multiplies by
+    ``|V|`` (float32 features near 1e19: 3e25 where the true tangent is 4e18). Where the mean is not finite (an
+    infinite or NaN tangent at the max, or a sum that overflows) it stays the shift, as the reference's."""
+    args = (total, count) if top is None else (total, count, top)
+    return tangent_shift_p.bind(*compat.match_vma(args))
 
 
-def _impl(total, count):
-    return total / jnp.maximum(count, 1).astype(total.dtype)
+def _impl(total, count, top=None):
+    mean = total / jnp.maximum(count, 1).astype(total.dtype)
+    if top is None:
+        return mean
+    return jnp.where(jnp.isfinite(mean) & (count > 0), top, mean)
 
 
 def _jvp(primals, tangents):
-    (total, count), (d_total, _) = primals, tangents  # the count of ties is piecewise constant
-    out = tangent_shift(total, count)
-    return out, compat.zero_tangent(out) if type(d_total) is ad.Zero else tangent_shift(d_total, count)
+    total, count, *top = primals  # the count of ties is piecewise constant
+    d_total, _, *d_top = tangents
+    out = tangent_shift(*primals)
+    if type(d_total) is ad.Zero:
+        return out, compat.zero_tangent(out)
+    return out, tangent_shift(d_total, count, *(ad.instantiate_zeros(d) for d in d_top))
 
 
-def _transpose(ct, total, count):
-    return [ad.Zero(x.aval) if ad.is_undefined_primal(x) else None for x in (total, count)]
+def _transpose(ct, *args):
+    return [ad.Zero(x.aval) if ad.is_undefined_primal(x) else None for x in args]
 
 
 def _batch(args, dims):
@@ -51,7 +64,7 @@ def _batch(args, dims):
 
 
 tangent_shift_p.def_impl(_impl)
-tangent_shift_p.def_abstract_eval(lambda total, count: compat.shaped_like(total.shape, total.dtype, [total, count]))
+tangent_shift_p.def_abstract_eval(lambda total, *rest: compat.shaped_like(total.shape, total.dtype, [total, *rest]))
 mlir.register_lowering(tangent_shift_p, mlir.lower_fun(_impl, multiple_results=False))
 ad.primitive_jvps[tangent_shift_p] = _jvp
 ad.primitive_transposes[tangent_shift_p] = _transpose

@@ -154,6 +154,12 @@ CASES = {
     # `jgnn.ops.attention_tangent` now forms each edge's cotangent first, as jraph's backward does.
     "gat_tied_duplicates_grad": Case(_jraph_gat(), "float32", GraphSpec("dense", frozenset(), 314),
                                      ValueSpec(65535, "huge", ())),
+    # Class g of FINDINGS-2714b3a, forward mode: a star whose hub has ~15 duplicate in-edges tied at its max, float32
+    # features near 1e19. The tangent shift was the mean of the tied edges' tangents, an ulp of 1e19 from each of
+    # them, and ``Σ dα V`` made that 3e25 where the reference has 4e18; `tangent_shift` now takes the ties' largest
+    # tangent, equal to theirs bit for bit.
+    "gat_tied_star_jvp": Case(_jraph_gat(), "float32", GraphSpec("star", frozenset(), 0),
+                              ValueSpec(0, "huge", (Pattern("ties", "graph.nodes.h"),))),
     # Campaign 20261124: negative ids with float32 features near 1e19. The reference's reverse mode gave NaN
     # (0 · inf on an edge that jraph's softmax computes and its segment_sum drops); jgnn equals ``ctᵀ J``.
     # Campaign 20261128 (chunk 20261131, batch 39): float32 features near 1e19 on a sparse graph; pallas_interpret's
