@@ -19,12 +19,17 @@ g_v·V_e``, and passes the row sum of those cotangents (zero in exact arithmetic
 ``segment_max`` to the edges attaining the max. This primitive's transpose does the same
 (`edge_fn.SoftmaxRowDot`, `edge_fn.SoftmaxVjp`):
 
-1. ``R_v``, in one edge op over the rows;
-2. ``C_v = Σ_e α_e (g_v·V_e − R_v)`` and the ties ``k_v``, in another: the reverse of the shift ``c``;
-3. per operand group, the base function's pullback of ``(α_e (g_v·V_e − R_v) − [e attains the max] C_v / k_v,
+0. the pivot ``P_v``: the largest ``p_e = g_v·V_e`` among the edges attaining the row's max (a per-edge op, then
+   a segment max; 0 where it is not finite). Centring every ``p_e`` on it changes nothing in exact arithmetic, but
+   duplicate edges tied at the max, with equal ``p``, then get an exact 0 score cotangent: ``p_e − R_v`` alone
+   leaves an ulp of ``|p|`` there, which the pullback multiplies by the features (float32 features near 1e19:
+   gradients 1e25 where the reference's are 1e20; fuzz class g);
+1. ``R_v = Σ_e α_e (p_e − P_v)``, in one edge op over the rows;
+2. ``C_v = Σ_e α_e (p_e − P_v − R_v)`` and the ties ``k_v``, in another: the reverse of the shift ``c``;
+3. per operand group, the base function's pullback of ``(α_e (p_e − P_v − R_v) − [e attains the max] C_v / k_v,
    α_e g_v)``, summed over the group's rows.
 
-So a GAT layer's backward is four edge ops, as many as the op-by-op transpose made. Batching runs the three
+So a GAT layer's backward is five edge ops. Batching runs the three
 forward-mode ops under ``vmap``, and so does the JVP (second order): those ops have their own rules.
 """
 
@@ -112,10 +117,13 @@ def _transpose(ct, *args, spec: eo.EdgeSpec, slots):
     def bind(new, extra):
         return eo.bind_pruned(new.replace(backend=backend), src_ids, dst_ids, [*operands, *extra, *keep], layout)
 
-    (r,) = bind(planned[0][0], (m, l, ct))
-    c, k = bind(planned[1][0], (m, l, ct, r))
-    extra = (m, l, ct, r, c, k)
-    for (new, _), mine in zip(planned[2:], owners, strict=True):
+    (top,) = bind(planned[0][0], (m, l, ct))
+    top = jax.ops.segment_max(top, eo.reduce_rows(spec, src_ids, dst_ids), spec.num_segments)
+    pivot = jax.numpy.where(jax.numpy.isfinite(top), top, jax.numpy.zeros((), top.dtype))
+    (r,) = bind(planned[1][0], (m, l, ct, pivot))
+    c, k = bind(planned[2][0], (m, l, ct, pivot, r))
+    extra = (m, l, ct, pivot, r, c, k)
+    for (new, _), mine in zip(planned[3:], owners, strict=True):
         outs = bind(new, extra)
         for i, o in zip(mine, outs, strict=True):
             result[2 + len(operands) + i] = o.astype(tangents[i].aval.dtype)
@@ -128,22 +136,25 @@ def _masked(spec: eo.EdgeSpec) -> bool:
 
 
 def _plan(spec: eo.EdgeSpec, slots, undefined, rows: dict, m, l, ct):
-    """The backward's edge ops, each with the row statistics it reads after the forward's operands: the row sums
-    ``R``, then ``C`` and ``k``, then one pullback per operand group; and the tangent indices each pullback
-    gives. ``rows``: the row count of each tangent; ``m``, ``l``, ``ct`` may be arrays or stand-ins."""
+    """The backward's edge ops, each with the row statistics it reads after the forward's operands: the pivot
+    ``P``, the row sums ``R``, then ``C`` and ``k``, then one pullback per operand group; and the tangent indices
+    each pullback gives. ``rows``: the row count of each tangent; ``m``, ``l``, ``ct`` may be arrays or stand-ins."""
     row, masked = eo.row_group(spec), _masked(spec)
     # Every sum runs over the rows the edges' ids gather, dropped edges included (with zero g), as the
     # reference's gathers transpose.
     groups = lambda extra: (row,) * len(extra) + (Group.EDGE,) * masked  # noqa: E731
 
-    def sums_spec(centred, extra):
-        fn = ef.SoftmaxRowDot(spec.fn, centred, masked)
+    def sums_spec(extra, **kind):
+        fn = ef.SoftmaxRowDot(spec.fn, masked=masked, **kind)
         return eo.derived(spec, fn, groups(extra), reduce=eo.Reduce.SUM, raw_over=False)
 
-    stats = jax.ShapeDtypeStruct(m.shape, m.dtype)  # stand-ins for r, c and k: a row statistic's shape
-    row_sums, centred = (m, l, ct), (m, l, ct, stats)
-    pulled = (m, l, ct, stats, stats, stats)
-    planned = [(sums_spec(False, row_sums), row_sums), (sums_spec(True, centred), centred)]
+    stats = jax.ShapeDtypeStruct(m.shape, m.dtype)  # stand-ins for P, R, C and k: a row statistic's shape
+    tops, row_sums, centred = (m, l, ct), (m, l, ct, stats), (m, l, ct, stats, stats)
+    pulled = (m, l, ct, stats, stats, stats, stats)
+    # The ties' largest p: a per-edge op (the per-head kernels take no MAX), then a segment max on XLA.
+    tops_spec = eo.derived(spec, ef.SoftmaxRowDot(spec.fn, masked=masked, top=True), groups(tops), over=Group.EDGE,
+                           reduce=eo.Reduce.NONE, raw_over=False)
+    planned = [(tops_spec, tops), (sums_spec(row_sums), row_sums), (sums_spec(centred, centred=True), centred)]
     base = ef.SoftmaxVjp(spec.fn, slots, masked)
     owners = []
     for group in dict.fromkeys(spec.groups[slots[i]] for i in undefined):

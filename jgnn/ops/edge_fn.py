@@ -328,9 +328,16 @@ class SoftmaxRowDot(EdgeFn):
     With ``p_e = g_v·V_e`` (``base`` gives ``(s, V)``, ``g_v`` is the cotangent of the row's output, and the dot
     product runs over the axes ``V`` has beyond ``s``), per edge:
 
-    * ``α_e p_e`` (summed: ``R_v``); operands ``base``'s, then the row's ``m``, ``l`` and ``g``;
-    * if ``centred``, ``(α_e (p_e − R_v), [e attains the max])`` (summed: the score cotangents' row sum ``C_v``,
-      zero in exact arithmetic, and the ties ``k_v``); operands as above, then ``R``.
+    * if ``top``, ``p_e`` on the edges attaining the max and −inf elsewhere, per edge (its row max is the ties'
+      largest ``p``, whose finite values are the pivot ``P_v``); operands ``base``'s, then the row's ``m``, ``l``
+      and ``g``;
+    * ``α_e (p_e − P_v)`` (summed: ``R_v``); operands as above, then ``P``;
+    * if ``centred``, ``(α_e (p_e − P_v − R_v), [e attains the max])`` (summed: the score cotangents' row sum
+      ``C_v``, zero in exact arithmetic, and the ties ``k_v``); operands as above, then ``R``.
+
+    Centring ``p`` on the pivot changes nothing in exact arithmetic (``Σ α = 1``); in floating point, edges tied at
+    the max with equal ``p`` (duplicate edges) get an exact 0, where ``p_e − Σ α p`` leaves an ulp of ``|p|`` that
+    the pullback multiplies by the features (float32 features near 1e19: gradients 1e25 off).
 
     If ``masked``, the last operand says whether the forward reduction kept the edge. As in the reference, a
     dropped edge still reads the statistics of the row its id gathers (its weight), but its ``g`` and ``R`` are
@@ -340,10 +347,11 @@ class SoftmaxRowDot(EdgeFn):
     base: EdgeFn
     centred: bool = False
     masked: bool = False
+    top: bool = False
 
     @property
     def n_in(self) -> int:
-        return self.base.n_in + 3 + self.centred + self.masked
+        return self.base.n_in + 3 + (not self.top) + self.centred + self.masked
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
@@ -351,22 +359,25 @@ class SoftmaxRowDot(EdgeFn):
         s, v = self.base.apply(rows[:n], lanes=lanes)
         keep = rows[-1] if self.masked else None
         alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
+        if self.top:
+            return [jnp.where(hit, p, jnp.full((), -jnp.inf, p.dtype))]
+        p = p - _kept(rows[n + 3], keep)
         if not self.centred:
             return [alpha * p]
-        return [alpha * (p - _kept(rows[n + 3], keep)), hit.astype(alpha.dtype)]
+        return [alpha * (p - _kept(rows[n + 4], keep)), hit.astype(alpha.dtype)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SoftmaxVjp(EdgeFn):
     """Per edge, the cotangents of ``base``'s operands at ``slots`` for the attention output's cotangent ``g_v``:
-    ``base``'s pullback of ``(d_s, α_e g_v)`` with the score cotangent ``d_s = α_e (p_e − R_v) − [e attains the
-    max] C_v / k_v`` formed before any sum (`SoftmaxRowDot` gives ``p``, ``R``, ``C`` and ``k``).
+    ``base``'s pullback of ``(d_s, α_e g_v)`` with the score cotangent ``d_s = α_e (p_e − P_v − R_v) − [e attains
+    the max] C_v / k_v`` formed before any sum (`SoftmaxRowDot` gives ``p``, ``P``, ``R``, ``C`` and ``k``).
 
     Subtracting ``C`` is the reverse of the tangent shift ``c`` (`jgnn.ops.tangent_shift`): jraph's backward
     passes the same row sum through its ``segment_max`` to the edges attaining the max, so the score
     cotangents of a row sum to zero up to rounding of their own size, not of ``|g| |V|``.
 
-    Operands: ``base``'s, then the row's ``m``, ``l``, ``g``, ``R``, ``C`` and ``k`` (and, if ``masked``, whether
+    Operands: ``base``'s, then the row's ``m``, ``l``, ``g``, ``P``, ``R``, ``C`` and ``k`` (and, if ``masked``, whether
     the forward reduction kept the edge, as for `SoftmaxRowDot`).
     """
 
@@ -376,16 +387,16 @@ class SoftmaxVjp(EdgeFn):
 
     @property
     def n_in(self) -> int:
-        return self.base.n_in + 6 + self.masked
+        return self.base.n_in + 7 + self.masked
 
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
-        m, l, g, r, c, k = rows[n:n + 6]
+        m, l, g, pivot, r, c, k = rows[n:n + 7]
         (s, v), pull = jax.vjp(_moving(self.base, rows[:n], self.slots, lanes), *(rows[i] for i in self.slots))
         keep = rows[-1] if self.masked else None
         alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
         share = jnp.where(hit, c / jnp.maximum(k, 1), jnp.zeros((), alpha.dtype))
-        d_s = alpha * (p - _kept(r, keep)) - share
+        d_s = alpha * (p - _kept(pivot, keep) - _kept(r, keep)) - share
         g = _kept(g, keep)
         return list(pull([d_s.astype(s.dtype), (_trail(alpha, v) * g).astype(v.dtype)]))
 

@@ -29,11 +29,13 @@ tangent_shift_p = jcore.Primitive("jgnn_tangent_shift")
 def tangent_shift(total, count, top=None):
     """``total / max(count, 1)``: a mean tangent per row, whose transpose is zero (see module docstring).
 
-    With ``top`` (the largest of the tangents summed into ``total``), ``top`` itself wherever the mean is finite
-    and ``count > 0``: it is one of the row's tangents bit for bit, so ties whose tangents are equal (duplicate
-    edges) centre to exactly 0, where the rounded mean leaves an ulp of ``|ds|`` that ``Σ dα V`` multiplies by
-    ``|V|`` (float32 features near 1e19: 3e25 where the true tangent is 4e18). Where the mean is not finite (an
-    infinite or NaN tangent at the max, or a sum that overflows) it stays the shift, as the reference's."""
+    With ``top`` (the largest of the tangents summed into ``total``), ``top`` itself wherever it and the mean are
+    finite and ``count > 0``: it is one of the row's tangents bit for bit, so ties whose tangents are equal
+    (duplicate edges) centre to exactly 0, where the rounded mean leaves an ulp of ``|ds|`` that ``Σ dα V``
+    multiplies by ``|V|`` (float32 features near 1e19: 3e25 where the true tangent is 4e18). Where the mean is not
+    finite (an infinite or NaN tangent at the max, or a sum that overflows) it stays the shift, as the reference's;
+    so it does where ``top`` is −inf though ``count > 0``: the op that took the max recomputed the scores rounded
+    otherwise than the op that counted the ties (a Pallas kernel beside an XLA fusion) and saw none at the max."""
     args = (total, count) if top is None else (total, count, top)
     return tangent_shift_p.bind(*compat.match_vma(args))
 
@@ -42,7 +44,7 @@ def _impl(total, count, top=None):
     mean = total / jnp.maximum(count, 1).astype(total.dtype)
     if top is None:
         return mean
-    return jnp.where(jnp.isfinite(mean) & (count > 0), top, mean)
+    return jnp.where(jnp.isfinite(mean) & (count > 0) & jnp.isfinite(top), top, mean)
 
 
 def _jvp(primals, tangents):

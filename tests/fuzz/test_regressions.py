@@ -160,6 +160,11 @@ CASES = {
     # tangent, equal to theirs bit for bit.
     "gat_tied_star_jvp": Case(_jraph_gat(), "float32", GraphSpec("star", frozenset(), 0),
                               ValueSpec(0, "huge", (Pattern("ties", "graph.nodes.h"),))),
+    # The same class in reverse mode: a hub of in-degree 1,050 from 40 senders. The score cotangent α (p − Σ α p) left
+    # an ulp of p (~1e19) at tied duplicates; W0's gradient was 1.7e27 off where the reference is 3.5e23 off. The
+    # backward now centres p on the ties' largest p first (`attention_tangent`, step 0).
+    "gat_tied_hub_grad": Case(_jraph_gat(), "float32", GraphSpec("hub", frozenset(), 4),
+                              ValueSpec(4, "huge", (Pattern("ties", "graph.nodes.h"),))),
     # Campaign 20261124: negative ids with float32 features near 1e19. The reference's reverse mode gave NaN
     # (0 · inf on an edge that jraph's softmax computes and its segment_sum drops); jgnn equals ``ctᵀ J``.
     # Campaign 20261128 (chunk 20261131, batch 39): float32 features near 1e19 on a sparse graph; pallas_interpret's
