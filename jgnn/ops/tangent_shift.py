@@ -34,8 +34,8 @@ def tangent_shift(total, count, top=None):
     (duplicate edges) centre to exactly 0, where the rounded mean leaves an ulp of ``|ds|`` that ``Σ dα V``
     multiplies by ``|V|`` (float32 features near 1e19: 3e25 where the true tangent is 4e18). Where the mean is not
     finite (an infinite or NaN tangent at the max, or a sum that overflows) it stays the shift, as the reference's;
-    so it does where ``top`` is −inf though ``count > 0``: the op that took the max recomputed the scores rounded
-    otherwise than the op that counted the ties (a Pallas kernel beside an XLA fusion) and saw none at the max."""
+    so it does where ``top`` is −inf though ``count > 0`` (seen on ``pallas_interpret``: the two ops recompute the
+    scores, and apparently only the counting one saw a tie at the max)."""
     args = (total, count) if top is None else (total, count, top)
     return tangent_shift_p.bind(*compat.match_vma(args))
 
