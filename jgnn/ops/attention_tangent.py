@@ -29,8 +29,8 @@ g_v·V_e``, and passes the row sum of those cotangents (zero in exact arithmetic
 3. per operand group, the base function's pullback of ``(α_e (p_e − P_v − R_v) − [e attains the max] C_v / k_v,
    α_e g_v)``, summed over the group's rows.
 
-So a GAT layer's backward is five edge ops. Batching runs the three
-forward-mode ops under ``vmap``, and so does the JVP (second order): those ops have their own rules.
+So a GAT layer's backward is five edge ops. Batching runs the four forward-mode ops under ``vmap``, and so does
+the JVP (second order): those ops have their own rules.
 """
 
 from __future__ import annotations
