@@ -6,8 +6,9 @@ softmax of the scores ``s`` over each row's edges. Its tangent is::
     d_out_v = Σ_e (α_e (ds_e − c_v) − α_e T_v) V_e + α_e dV_e,      T_v = Σ_e α_e (ds_e − c_v)
 
 with ``c_v`` the row max's tangent (`jgnn.ops.tangent_shift`). Forward mode computes it as four edge ops: the
-tied edges' tangent sum and count (SUM) and their largest tangent (MAX), both `edge_fn.MaxTangent`, from which
-`tangent_shift` takes ``c_v``; then ``T`` and the tangent itself (SUM: `WeightTangent`, `SoftmaxTangent`).
+tied edges' tangent sum and count (SUM) and their largest tangent (per edge, then a segment max on XLA, as the
+transpose takes its pivot), both `edge_fn.MaxTangent`, from which `tangent_shift` takes ``c_v``; then ``T``
+and the tangent itself (SUM: `WeightTangent`, `SoftmaxTangent`).
 Transposed one op at a time, as JAX would transpose them, the cotangent of each score splits in two:
 ``α_e g_v·V_e`` from the last op, and ``−α_e Σ α g_v·V`` through ``T``. Each half is summed over a row by its own
 op, and the two sums are added only afterwards. For an operand read at the row's own node, both sums have size
@@ -73,13 +74,18 @@ def _forward_mode(*args, spec: eo.EdgeSpec, slots):
     row = eo.row_group(spec)
     moving = tuple(spec.groups[k] for k in slots)
 
-    def bind(fn, extra_groups, extra, reduce=eo.Reduce.SUM):
-        new = eo.derived(spec, fn, moving + tuple(extra_groups), reduce=reduce)
+    def bind(fn, extra_groups, extra):
+        new = eo.derived(spec, fn, moving + tuple(extra_groups), reduce=eo.Reduce.SUM)
         return eo.bind_pruned(new, src_ids, dst_ids, [*operands, *tangents, *extra], layout)
 
     scores = ef.Pick(spec.fn, (0,))  # the scores, without the values
     hit_sum, hit_count = bind(ef.MaxTangent(scores, slots), (row,), (m,))
-    (top,) = bind(ef.MaxTangent(scores, slots, top=True), (row,), (m,), eo.Reduce.MAX)
+    # The ties' largest tangent: a per-edge op (the per-head kernels take no MAX), then a segment max on XLA,
+    # as the transpose takes its pivot.
+    tops = eo.derived(spec, ef.MaxTangent(scores, slots, top=True), moving + (row,), over=Group.EDGE,
+                      reduce=eo.Reduce.NONE, raw_over=False)
+    (top,) = eo.bind_pruned(tops, src_ids, dst_ids, [*operands, *tangents, m], layout)
+    top = jax.ops.segment_max(top, eo.reduce_rows(spec, src_ids, dst_ids), spec.num_segments)
     shift = tangent_shift(hit_sum, hit_count, top)
     total = bind(ef.WeightTangent(scores, slots, normalized=True), (row,) * 3, (m, l, shift))[0]
     return bind(ef.SoftmaxTangent(spec.fn, slots), (row,) * 4, (m, l, total, shift))[0]

@@ -298,8 +298,8 @@ class WeightTangent(EdgeFn):
 class MaxTangent(EdgeFn):
     """Summed per row, the tangent of the max of the scores as JAX's ``segment_max`` rule gives it, before the
     tie share: ``(ds_e, 1)`` on edges whose score equals the row's max ``m_v``, ``(0, 0)`` elsewhere; with ``top``,
-    ``ds_e`` there and −inf elsewhere, for a MAX reduction (the ties' largest tangent, `tangent_shift`). It is only
-    the shift of `SoftmaxTangent`, so a recomputed score that misses the saved max costs precision, not
+    ``ds_e`` there and −inf elsewhere, per edge, whose segment max is the ties' largest tangent (`tangent_shift`).
+    It is only the shift of `SoftmaxTangent`, so a recomputed score that misses the saved max costs precision, not
     correctness.
 
     Operands: ``base``'s (``base`` gives the scores), tangents for ``slots``, then ``m``.
@@ -307,7 +307,7 @@ class MaxTangent(EdgeFn):
 
     base: EdgeFn
     slots: tuple[int, ...]
-    top: bool = False  # instead ``ds_e`` on those edges, −inf elsewhere, for a MAX reduction (`tangent_shift`)
+    top: bool = False  # instead ``ds_e`` on those edges, −inf elsewhere (their segment max: `tangent_shift`)
 
     @property
     def n_in(self) -> int:
@@ -495,15 +495,20 @@ def softmax_weight(s, m, l):
     return jnp.exp(jnp.where(snaps_to_max(s, m), z - jax.lax.stop_gradient(z), z)) / l
 
 
+# Counted in the precision scores are computed in: float32 for bfloat16 and float16 (XLA and the kernels compute
+# those in float32 and round once), so there a recomputed score must round to the max itself. A window of whole
+# bfloat16 ulps took distinct scores as ties: a score 2 ulps below a max near 2e19 (weight exp(−3e17) = 0) got
+# weight 1 in forward mode, tangents 1e38 where the reference's are 2e19 (fuzz campaign 20261201).
 MAX_ULPS = 4  # the fuzzer's GAT case with float32 scores near 1e20 misses by 3 ulps
 # The widest window, in the exponent, within which a recomputed weight is left unsnapped: ``exp(±0.5)``.
 SNAP_WIDTH = 0.5
 
 
 def _window(s, m):
-    """``(m, MAX_ULPS ulps of m)`` in ``s``'s dtype."""
+    """``(m, MAX_ULPS ulps of m)``: ulps of float32, or of ``s``'s dtype where it is wider (float64)."""
     m = m.astype(s.dtype)
-    return m, MAX_ULPS * jnp.finfo(s.dtype).eps * jnp.abs(m)
+    eps = min(float(jnp.finfo(s.dtype).eps), float(jnp.finfo(jnp.float32).eps))
+    return m, MAX_ULPS * jnp.asarray(eps, s.dtype) * jnp.abs(m)
 
 
 def attains_max(s, m):
@@ -515,8 +520,8 @@ def attains_max(s, m):
 
 def snaps_to_max(s, m):
     """Whether a recomputed score's softmax weight is taken as ``exp(0)`` (`softmax_weight`): it attains the max
-    and the `MAX_ULPS` window is wider than `SNAP_WIDTH` in the exponent (float32 beyond about 1e6, bfloat16
-    beyond 16, float16 beyond 128; always for an infinite max)."""
+    and the `MAX_ULPS` window is wider than `SNAP_WIDTH` in the exponent (float32, bfloat16 and float16 beyond
+    about 1e6, float64 beyond about 5e14; always for an infinite max)."""
     m, width = _window(s, m)
     return (s >= m - width) & (width > SNAP_WIDTH)
 
