@@ -77,14 +77,20 @@ def unpack(blob, dtype, shape):
 
 
 def split(inputs):
+    """The differentiable float leaves, the other array leaves (ids: traced too, as the fuzzer traces them, so
+    that out-of-range ids reach the program under jit as they do there), and the function that rebuilds
+    ``inputs`` from both."""
     leaves, treedef = jax.tree_util.tree_flatten(inputs)
     is_float = [jnp.issubdtype(jnp.result_type(x), jnp.inexact) for x in leaves]
+    is_array = [isinstance(x, np.ndarray) for x in leaves]
     floats = [x for x, f in zip(leaves, is_float) if f]
+    others = [x for x, f, a in zip(leaves, is_float, is_array) if a and not f]
 
-    def rebuild(fl):
-        it = iter(fl)
-        return jax.tree_util.tree_unflatten(treedef, [next(it) if f else x for x, f in zip(leaves, is_float)])
-    return floats, rebuild
+    def rebuild(fl, ot):
+        fi, oi = iter(fl), iter(ot)
+        return jax.tree_util.tree_unflatten(
+            treedef, [next(fi) if f else next(oi) if a else x for x, f, a in zip(leaves, is_float, is_array)])
+    return floats, others, rebuild
 
 
 def normal(rng, shape, dtype):
@@ -96,9 +102,9 @@ def normal(rng, shape, dtype):
 
 def run(backend):
     """Forward outputs, gradients of sum(out * cotangent) and JVP tangents, as the fuzzer computes them."""
-    floats, rebuild = split(inputs)
-    f = lambda fl, p: model(backend, rebuild(fl), p)
-    shapes = jax.eval_shape(lambda fl, p: model("reference", rebuild(fl), p), floats, params)
+    floats, others, rebuild = split(inputs)
+    f = lambda fl, p, ot: model(backend, rebuild(fl, ot), p)
+    shapes = jax.eval_shape(lambda fl, p, ot: model("reference", rebuild(fl, ot), p), floats, params, others)
     rng = np.random.default_rng([SEED, 3])
     ct = jax.tree_util.tree_map(lambda s: normal(rng, s.shape, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact)
                                 else np.zeros(s.shape, jax.dtypes.float0), shapes)
@@ -106,20 +112,24 @@ def run(backend):
     tangents = ([normal(rng, np.shape(x), np.asarray(x).dtype) for x in floats],
                 {k: normal(rng, np.shape(v), v.dtype) for k, v in params.items()})
     if MODE == "forward":
-        return {"forward": jax.jit(f)(floats, params)}
+        return {"forward": jax.jit(f)(floats, params, others)}
     if MODE == "vmap":  # two stacked parameter sets
         stacked = jax.tree_util.tree_map(lambda p: np.stack([p, p[::-1]]), params)
-        return {"vmap": jax.jit(jax.vmap(lambda p: f(floats, p), axis_size=2))(stacked)}
+        return {"vmap": jax.jit(lambda p, ot: jax.vmap(lambda q: f(floats, q, ot), axis_size=2)(p))(stacked, others)}
     if MODE == "shard_map":
         mesh, spec = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",)), jax.sharding.PartitionSpec()
-        return {"shard_map": jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))(floats, params)}
+        return {"shard_map": jax.jit(jax.shard_map(f, mesh=mesh, in_specs=spec, out_specs=spec))(floats, params,
+                                                                                                   others)}
     if MODE == "hvp":  # forward over reverse, along the tangents
-        grad = lambda fl, p: jax.vjp(f, fl, p)[1](ct)
-        return {"hvp": jax.jit(lambda fl, p, t: jax.jvp(grad, (fl, p), t)[1])(floats, params, tangents)}
+        grad = lambda fl, p, ot: jax.vjp(lambda a, b: f(a, b, ot), fl, p)[1](ct)
+        return {"hvp": jax.jit(lambda fl, p, t, ot: jax.jvp(lambda a, b: grad(a, b, ot), (fl, p), t)[1])(
+            floats, params, tangents, others)}
     if MODE == "jvp":
-        out, tangent = jax.jit(lambda fl, p, t: jax.jvp(f, (fl, p), t))(floats, params, tangents)
+        out, tangent = jax.jit(lambda fl, p, t, ot: jax.jvp(lambda a, b: f(a, b, ot), (fl, p), t))(
+            floats, params, tangents, others)
         return {"forward": out, "jvp": tangent}
-    out, grads = jax.jit(lambda fl, p, c: (lambda o, pull: (o, pull(c)))(*jax.vjp(f, fl, p)))(floats, params, ct)
+    pullback = lambda fl, p, c, ot: (lambda o, pull: (o, pull(c)))(*jax.vjp(lambda a, b: f(a, b, ot), fl, p))
+    out, grads = jax.jit(pullback)(floats, params, ct, others)
     return {"forward": out, "grad": grads}
 
 

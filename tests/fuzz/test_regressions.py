@@ -81,6 +81,27 @@ def model(backend, inputs, params):
                                                        ("W6", (3, 4))), frozenset({"softmax", "typed_weight"}))
 
 
+def _destination_tanh() -> pg.Program:
+    """Messages from the destination only, a node-scaled sum and a max, under a tanh (campaign 20261201)."""
+    source = """
+def model(backend, inputs, params):
+    P = params
+    def phi(src, dst, edge):
+        p2 = jnp.concatenate([dst["h"], dst["h"]]) @ P["W0"]
+        return {"m0": p2.reshape(2, 1), "m1": p2}
+    def rho(mb, node):
+        return {"a_m0": jgnn.sum(mb["m0"] * node["h"][0]), "a_m1": jgnn.max(mb["m1"])}
+    def psi(node, agg, glob):
+        q1 = jnp.concatenate([agg["a_m0"].reshape(-1), agg["a_m1"].reshape(-1)])
+        return {"h": jnp.tanh(q1 @ P["W1"]) @ P["W2"] + glob @ P["W3"]}
+    layer = jgnn.message_passing(phi, rho, psi, backend=backend)
+    return layer(inputs["graph"]).nodes
+"""
+    sig = Signature(node_feats=(("h", (3,)),), globals_width=3)
+    return pg.Program("message_passing", source, sig, (("W0", (6, 2)), ("W1", (4, 8)), ("W2", (8, 4)),
+                                                       ("W3", (3, 4))), frozenset())
+
+
 def _concat_globals() -> pg.Program:
     """The fuzz case that crashed an H100 (`checker.check_cuda_lowering`): messages that concatenate a width-1
     node feature with the globals, and per-head copies stacked, which the per-head kernels would run."""
@@ -243,6 +264,13 @@ CASES = {
         _typed_attention_sum(), "bfloat16", GraphSpec("small", frozenset({"duplicates", "out_of_range",
                                                                           "self_loops"}), 65535),
         ValueSpec(0, "huge", ())),
+    # Campaign 20261201 (3 float32 cases per backend): ids out of range, so the reference's gradient is ``ctᵀ J`` by
+    # forward mode; at features near 1e19 the sum a tanh reads had one sign in that program and the other in the
+    # reference's reverse-mode one, which jgnn equals exactly (a W2 gradient of -1.7 against 0.9). The checker
+    # takes the reference's reverse-mode gradient as a second answer (`checker.REVERSE_MODE_GRAD`).
+    "destination_tanh_out_of_range_grad": Case(_destination_tanh(), "float32",
+                                               GraphSpec("sparse", frozenset({"out_of_range"}), 376),
+                                               ValueSpec(3254, "huge", ())),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
