@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import jraph
 import numpy as np
 
@@ -168,6 +169,20 @@ def _layout_inputs(layouts: dict[int, layout_lib.GraphLayout]):
             tags.append(analysis_lib.InputTag(role, gi, edges))
         described.append((gi, edges, tree, len(with_path)))
     return leaves, tags, described
+
+
+def _unless_layouts_match(outs: list, layouts: dict[int, layout_lib.GraphLayout], flat: Flat) -> list:
+    """``outs``, with every float output NaN unless each layout describes its graph. `normalize_layouts` checked
+    the concrete graphs on the host; a traced graph (under ``jit``) is checked here, in the program
+    (`GraphLayout.matches`): a kernel that walks another graph's CSR would give a wrong answer silently."""
+    traced = [gi for gi in layouts if any(isinstance(a, jax.core.Tracer) for a in
+                                          (flat.graphs[gi].senders, flat.graphs[gi].receivers))]
+    if not traced:
+        return outs
+    ok = functools.reduce(jnp.logical_and, [layouts[gi].matches(flat.graphs[gi]) for gi in traced])
+    # A factor, not a select: the gradients are NaN too (a select would pass them zero cotangents).
+    return [o * jnp.where(ok, 1, jnp.nan).astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.inexact) else o
+            for o in outs]
 
 
 # ---- plans -----------------------------------------------------------------------------------------------
@@ -362,7 +377,7 @@ class Compiled:
         layouts = normalize_layouts(layout, flat)
         plan, consts = self._plan(flat, layouts)
         layout_leaves = _layout_inputs(layouts)[0]
-        outs = plan.run(*flat.arrays, *consts, *layout_leaves)
+        outs = _unless_layouts_match(plan.run(*flat.arrays, *consts, *layout_leaves), layouts, flat)
         return jax.tree_util.tree_unflatten(plan.out_tree, outs), plan
 
     def explain(self, *args, layout=None, **kwargs) -> Report:

@@ -8,7 +8,9 @@ Padding edges of ``jraph.pad_with_graphs`` are excluded from the CSRs so they ne
 A layout describes one edge list: the graph's own edges, or (``self_loops=True``) the graph's edges followed
 by one ``i -> i`` edge per node, in the order `append_self_loops` fixes (the one place: `jgnn.nn` layers that add
 loops use it too). It records a fingerprint of the graph; a compiled function checks it against the graph it is
-used with whenever the graph's arrays are concrete, and raises `LayoutMismatchError` naming the difference.
+used with whenever the graph's arrays are concrete, and raises `LayoutMismatchError` naming the difference. Under
+``jit`` the graph is traced: the program compares the layout's CSR with the graph's edges (`GraphLayout.matches`)
+and its float outputs and their gradients are NaN if they differ.
 Pass a layout to a layer (``layer(graph, layout=layout)``) or a compiled function; without it the Pallas kernels
 sort the edges inside the program on every call, which `explain` reports.
 """
@@ -192,7 +194,8 @@ class GraphLayout:
         return self.self_loops and graph.senders is not None and np.shape(graph.senders)[0] == self.num_edges
 
     def check(self, graph: jraph.GraphsTuple) -> None:
-        """Raise `LayoutMismatchError` if the graph's (concrete) edges are not the ones this layout was built for."""
+        """Raise `LayoutMismatchError` if the graph's (concrete) edges are not the ones this layout was built for.
+        Traced edges are checked in the program instead (`matches`)."""
         arrays = (graph.senders, graph.receivers, graph_lib.edge_types(graph))
         if any(a is not None and isinstance(a, jax.core.Tracer) for a in arrays):
             return  # traced: cannot be inspected here (see module docstring)
@@ -211,6 +214,46 @@ class GraphLayout:
                 and _node_digest(node_types) != self.node_digest:
             raise LayoutMismatchError("the GraphLayout was built for a graph whose nodes are sorted by type; this "
                                       "graph's node types differ (build it with GraphLayout.from_graph(graph))")
+
+
+    def matches(self, graph: jraph.GraphsTuple) -> jax.Array:
+        """In the program, whether the graph's edges (and edge and node types) are the ones this layout describes:
+        a scalar bool. `check` cannot read traced arrays; a compiled function uses this instead and makes its
+        float outputs (and so their gradients) NaN where it is false (`jgnn.compiler`), so a layout built for
+        another graph of the same sizes never gives a silently wrong answer under ``jit``. One gather per CSR slot
+        and per edge."""
+        # A reversed layout's CSR is already over the turned-around edges that the graph passed with it holds.
+        senders, receivers = graph.senders, graph.receivers
+        if senders is None or receivers is None:
+            return jnp.asarray(True)
+        if self.self_loops and not self.looped_input(graph):
+            senders, receivers, _ = append_self_loops(senders, receivers, graph.n_node, graph.n_edge, self.num_nodes)
+        e = senders.shape[0]
+        n = graph_lib.num_nodes(graph)
+        if (self.num_edges and e != self.num_edges) or (self.num_nodes and n != self.num_nodes):
+            return jnp.asarray(False)
+        ok = _csr_matches(self.csr, senders, receivers)
+        types = graph_lib.edge_types(graph)
+        if self.pairs is not None and types is not None and not self.self_loops:
+            pair = jnp.clip(self.pairs.edge_pair, 0, self.pairs.pair_src.shape[0] - 1)
+            ok &= jnp.all((self.pairs.pair_src[pair] == senders) & (self.pairs.pair_type[pair] == types))
+        node_types = graph_lib.node_types(graph)
+        if self.node_groups and node_types is not None:
+            want = np.concatenate([np.full(hi - lo, t, np.int32) for t, lo, hi in self.node_groups])
+            ok &= jnp.array_equal(node_types, want)
+        return ok
+
+
+def _csr_matches(csr: pk.CSR, senders, receivers) -> jax.Array:
+    """Whether every occupied slot of ``csr`` holds an edge of (senders, receivers): its row is the edge's
+    receiver and its column the sender."""
+    if not senders.shape[0]:
+        return jnp.asarray(True)
+    slots = jnp.arange(csr.col.shape[0], dtype=csr.indptr.dtype)
+    rows = jnp.searchsorted(csr.indptr, slots, side="right") - 1
+    eid = jnp.clip(csr.eid, 0, senders.shape[0] - 1)
+    hit = (receivers[eid] == rows) & (senders[eid] == csr.col)
+    return jnp.all(jnp.where(slots < csr.indptr[-1], hit, True))
 
 
 def _groups(pairs: TypedPairs | None) -> tuple[tuple[int, int, int], ...]:
