@@ -127,7 +127,3 @@ def validate(graph: jraph.GraphsTuple, *, typed: bool = False,
             raise TypeError(f'graph.{where}["type"] must have an integer dtype, got {jnp.result_type(types)}')
     return graph
 
-
-def padding_masks(graph: jraph.GraphsTuple) -> tuple[jax.Array, jax.Array]:
-    """(node_mask, edge_mask): True for real entries, False for those of jraph's trailing padding graph."""
-    return jraph.get_node_padding_mask(graph), jraph.get_edge_padding_mask(graph)

@@ -33,8 +33,6 @@ try:  # JAX >= 0.5: the Triton-specific Pallas API.
 except ImportError:  # pragma: no cover - very old JAX
     from jax.experimental.pallas import gpu as plgpu  # type: ignore[no-redef]
 
-JAX_VERSION: tuple[int, ...] = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
-
 #: Custom-call target name the Triton lowering emits (checked by the lowering tests).
 TRITON_CUSTOM_CALL = "__gpu$xla.gpu.triton"
 
@@ -208,21 +206,14 @@ def odd_sized_value(jaxpr: Any) -> tuple[str, tuple[int, ...]] | None:
     return None
 
 
-def has_gpu() -> bool:
-    try:
-        return any(d.platform == "gpu" for d in jax.devices())
-    except RuntimeError:
-        return False
-
-
 def fori_loop(lower: Any, upper: Any, body: Callable[[Any, Any], Any], init: Any) -> Any:
     """``lax.fori_loop`` with traced bounds (lowers to ``scf.while`` in Triton, a while in interpret)."""
     return jax.lax.fori_loop(lower, upper, body, init)
 
 
 __all__: Sequence[str] = (
-    "CUDA_TARGET_CORES", "CUDA_TARGET_KIND", "JAX_VERSION", "TRITON_CUSTOM_CALL", "abstract_gpu_mesh",
-    "export_cuda_mlir", "fori_loop", "has_gpu", "pallas_call", "pl",
+    "CUDA_TARGET_CORES", "CUDA_TARGET_KIND", "TRITON_CUSTOM_CALL", "abstract_gpu_mesh",
+    "export_cuda_mlir", "fori_loop", "pallas_call", "pl",
     "plgpu", "program_id", "ragged_dot", "triton_compiler_params", "triton_load", "triton_store",
 )
 

@@ -90,7 +90,7 @@ def test_compiled_equals_reference_f32(backend, shape, kinds):
     x = jnp.asarray(rng.normal(size=(20, 6)), jnp.float32)
     W = jnp.asarray(rng.normal(size=(6, 6)) * 0.5, jnp.float32)
     check_against_reference(lambda x, W: _run(nbhd, kinds, backend, x, W),
-                            lambda x, W: _run(nbhd, kinds, "reference", x, W), x, W, terms=8, jvp=False)
+                            lambda x, W: _run(nbhd, kinds, "reference", x, W), x, W, terms=8)
 
 
 @pytest.mark.parametrize("backend", ["xla", pytest.param("pallas_interpret", marks=pytest.mark.slow)])
@@ -103,7 +103,7 @@ def test_compiled_equals_reference_f64(backend, kinds):
         W = jnp.asarray(rng.normal(size=(5, 5)) * 0.5, jnp.float64)
         check_against_reference(lambda x, W: _run(nbhd, kinds, backend, x, W),
                                 lambda x, W: _run(nbhd, kinds, "reference", x, W), x, W, dtype=np.float64,
-                                terms=8, jvp=False)
+                                terms=8)
 
 
 @pytest.mark.parametrize("kind", ["sum", "mean", "max", "min", "softmax"])
@@ -225,7 +225,7 @@ def test_pinsage_conv_compiled_equals_reference(backend):
     ref = jgnn.nn.PinSageConv(6, backend="reference")
     check_against_reference(lambda p, x: conv.apply(p, g._replace(nodes=x), nbhd).nodes,
                             lambda p, x: ref.apply(p, g._replace(nodes=x), nbhd).nodes, params, g.nodes,
-                            jvp=False, terms=4)
+                            terms=4)
 
 
 def test_pinsage_level_is_dense_without_segment_ops():
@@ -290,7 +290,7 @@ def test_magnn_compiled_equals_reference(encoder):
                                          attention_dim=5, backend=backend)
     params = make("xla").init(jax.random.key(0), feats, nbhd)
     check_against_reference(lambda p: make("xla").apply(p, feats, nbhd), lambda p: make("reference").apply(
-        p, feats, nbhd), params, jvp=False, terms=8)
+        p, feats, nbhd), params, terms=8)
     layer_levels = [d for d in jgnn.explain(make("xla"), params, feats, nbhd).kernels if d.get("nested")]
     # level 0, the instance encoder, and level 1, the intra-metapath attention (it reads the targets' table)
     assert sorted(k.op for k in layer_levels) == ["attention", "gather_reduce(mean)"]
@@ -329,7 +329,7 @@ def test_pgnn_conv_compiled_equals_reference(backend):
             return position, out.nodes
         return apply
 
-    check_against_reference(run(conv), run(ref), params, g.nodes, jvp=False, terms=8)
+    check_against_reference(run(conv), run(ref), params, g.nodes, terms=8)
 
 
 def _dtype_cases():
