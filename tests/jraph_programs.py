@@ -42,7 +42,7 @@ NONES = ("_get_graph_network", "_get_graph_network_no_node_update", "_get_graph_
 GNNS = ("_get_interaction_network", "_get_graph_independent", "_get_gat", "_get_relation_network", "_get_deep_sets")
 # Programs whose messages are computed per edge from gathered node rows and summed to the nodes.
 GATHER_SEGMENT = frozenset({"_get_interaction_network", "_get_gat", "_get_interaction_network[float]",
-                            "_get_gat[float]", "sum_of_sent_over_receivers"})
+                            "_get_gat[float]", "sum_of_sent_over_receivers", "graph_network_concatenated_args"})
 
 
 def programs() -> list[tuple[str, object, jraph.GraphsTuple]]:
@@ -58,6 +58,10 @@ def programs() -> list[tuple[str, object, jraph.GraphsTuple]]:
         out.append((name, getattr(models_test, name), _flat_batch()))
         out.append((f"{name}[float]", getattr(models_test, name), _float(_flat_batch())))
     flat = _float(_flat_batch())
+    # Not here: `utils.partition_softmax` (``jnp.repeat`` by traced counts: plain jit rejects it too),
+    # `utils.zero_out_padding` and `with_zero_out_padding_outputs` (they call ``jax.tree_map``, which JAX 0.10 no
+    # longer has), and `utils.batch` inside the program (a concat of two graphs' node rows: a regional fallback,
+    # `Reason.MIXED_RESIDENCIES`).
     for name, fn in (("get_node_padding_mask", utils.get_node_padding_mask),
                      ("get_edge_padding_mask", utils.get_edge_padding_mask),
                      ("get_graph_padding_mask", utils.get_graph_padding_mask),
@@ -68,7 +72,22 @@ def programs() -> list[tuple[str, object, jraph.GraphsTuple]]:
                      ("segment_normalize_of_edges", lambda g: utils.segment_normalize(g.edges, g.receivers, 7)),
                      ("segment_max_or_constant", lambda g: utils.segment_max_or_constant(g.edges, g.receivers, 7)),
                      ("segment_variance_of_edges", lambda g: utils.segment_variance(g.edges, g.receivers, 7)),
-                     ("sum_of_sent_over_receivers", lambda g: utils.segment_sum(g.nodes[g.senders], g.receivers, 7))):
+                     ("sum_of_sent_over_receivers", lambda g: utils.segment_sum(g.nodes[g.senders], g.receivers, 7)),
+                     ("segment_sum_of_edges", lambda g: utils.segment_sum(g.edges, g.receivers, 7)),
+                     ("segment_max_of_edges", lambda g: utils.segment_max(g.edges, g.receivers, 7)),
+                     ("segment_min_of_edges", lambda g: utils.segment_min(g.edges, g.receivers, 7)),
+                     ("segment_min_or_constant", lambda g: utils.segment_min_or_constant(g.edges, g.receivers, 7)),
+                     ("graph_network_concatenated_args", _concatenated_graph_network)):
         out.append((name, fn, flat))
     return out
+
+
+def _concatenated_graph_network(graph: jraph.GraphsTuple) -> jraph.GraphsTuple:
+    """A `jraph.GraphNetwork` whose updates read what they are given (`utils.concatenated_args`): unlike the
+    identity updates of models_test, its node update reads the aggregated edges, a live gather→segment chain
+    whose messages (the updated edges) are also an output."""
+    def dense(width):
+        return utils.concatenated_args(lambda x: jnp.tanh(x @ (jnp.arange(x.shape[-1] * width, dtype=x.dtype)
+                                                               .reshape(x.shape[-1], width) / 100.0)))
+    return jraph.GraphNetwork(dense(3), dense(2), dense(2))(graph)
 
