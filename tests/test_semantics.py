@@ -63,7 +63,7 @@ def _hub_graph(rng, in_degree: int, d: int = 4):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", ["first_chunk_neg_inf", "all_masked_1e9", "nan_logit", "pos_inf_logit",
-                                  "all_neg_inf_row"])
+                                  "overflowing_logits", "all_neg_inf_row"])
 def test_attention_edge_cases_match_reference(backend, case, monkeypatch):
     """(b) a row whose first chunk is all −inf; (c) rows masked with −1e9 (gradients were k× wrong); (g) NaN,
     +inf and overflowing logits; all −inf rows (NaN, like −inf − (−inf))."""
@@ -80,10 +80,12 @@ def test_attention_edge_cases_match_reference(backend, case, monkeypatch):
         bias[3] = np.nan
     elif case == "pos_inf_logit":
         bias[5] = np.inf
+    elif case == "overflowing_logits":  # finite edge data whose logits overflow to ±inf inside phi: NaN rows
+        bias[:150:2], bias[1:150:2], bias[150:] = 3e38, -3e38, 2e38
     else:
         bias[:150] = -np.inf
     g = g._replace(edges={"w": jnp.asarray(bias)})
-    compiled, reference = _attention_layer(backend, lambda s, d, e: jnp.sum(s["h"] * d["h"]) * 0.1 + e["w"])
+    compiled, reference = _attention_layer(backend, lambda s, d, e: jnp.sum(s["h"] * d["h"]) * 0.1 + e["w"] * 2.0)
     check_against_reference(_h(compiled), _h(reference), g)
     assert _fused(jgnn.explain(compiled, g), "attention")
 
