@@ -140,12 +140,17 @@ class GraphLayout:
     # Whether the graph's own edges (padding included, appended loops not) hold a self-loop; None: not known.
     # `jgnn.nn.gcn_norm` replaces existing loops (PyG's add_remaining_self_loops): known absent, it skips that.
     own_loops: bool | None = None
+    # `edge_checksum` of the edges with their types (None: untyped), of the edges alone, and of the looped edges
+    # (None: no loops): what `matches` compares in the program, as `check` compares the digests.
+    checksums: tuple[int | None, int | None, int | None] = (None, None, None)
+    plain_digest: str = ""  # the fingerprint of the edges without their types
 
     def tree_flatten(self):
         return (self.csr, self.rev_csr, self.pairs), (self.self_loops, self.num_nodes, self.digest, self.reversed,
                                                       self.pair_groups, self.node_groups, self.node_digest,
                                                       self.looped_digest, self.num_edges, self.every_node_sends,
-                                                      self.every_node_receives, self.own_loops)
+                                                      self.every_node_receives, self.own_loops, self.checksums,
+                                                      self.plain_digest)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -161,11 +166,15 @@ class GraphLayout:
         valid = np.asarray(jraph.get_edge_padding_mask(graph)) if padded else np.ones(senders.shape, bool)
         types = graph_lib.edge_types(graph)
         types = None if types is None else np.asarray(types)
-        digest, looped_digest = fingerprint(senders, receivers, types), ""
+        digest, plain_digest = fingerprint(senders, receivers, types), fingerprint(senders, receivers)
+        looped_digest = ""
+        typed = None if types is None else int(edge_checksum(senders, receivers, types, np))
+        checksums = (typed, int(edge_checksum(senders, receivers, None, np)), None)
         own_loops = bool(np.any(senders == receivers))
         if self_loops:
             senders, receivers, _ = append_self_loops(senders, receivers, graph.n_node, graph.n_edge, n, np)
             looped_digest = fingerprint(senders, receivers)
+            checksums = checksums[:2] + (int(edge_checksum(senders, receivers, None, np)),)
             loops_valid = np.asarray(jraph.get_node_padding_mask(graph)) if padded else np.ones(n, bool)
             valid = np.concatenate([valid, loops_valid])  # a padding node's loop is padding
             types = None  # the self-loop relation is the layer's choice: typed pairs describe the graph's own edges
@@ -176,7 +185,8 @@ class GraphLayout:
         return cls(csr, rev, pairs, self_loops, n, digest, pair_groups=_groups(pairs), node_groups=node_groups,
                    node_digest=_node_digest(node_types) if node_groups else "", looped_digest=looped_digest,
                    num_edges=int(senders.shape[0]), every_node_sends=_every_node(senders, n),
-                   every_node_receives=_every_node(receivers, n), own_loops=own_loops)
+                   every_node_receives=_every_node(receivers, n), own_loops=own_loops, checksums=checksums,
+                   plain_digest=plain_digest)
 
     def reverse(self) -> GraphLayout:
         """The layout of the graph with every edge turned around: its two CSRs swap roles."""
@@ -205,8 +215,12 @@ class GraphLayout:
                                       f"has {n}")
         types = None if arrays[2] is None else np.asarray(arrays[2])
         senders, receivers = (graph.receivers, graph.senders) if self.reversed else (graph.senders, graph.receivers)
-        if self.digest and fingerprint(senders, receivers, None if self.reversed else types) != self.digest \
-                and fingerprint(senders, receivers) not in (self.digest, self.looped_digest):
+        # Its own edges (with their types, where both have types), or those edges with the loops appended.
+        plain = fingerprint(senders, receivers)
+        own = plain == (self.plain_digest or self.digest)
+        if own and types is not None and not self.reversed and self.digest != (self.plain_digest or self.digest):
+            own = fingerprint(senders, receivers, types) == self.digest
+        if self.digest and not (own or plain == self.looped_digest):
             raise LayoutMismatchError("the GraphLayout was built for another graph: this graph's senders, receivers "
                                       "or edge types differ (build it with GraphLayout.from_graph(graph))")
         node_types = graph_lib.node_types(graph)
@@ -217,26 +231,25 @@ class GraphLayout:
 
 
     def matches(self, graph: jraph.GraphsTuple) -> jax.Array:
-        """In the program, whether the graph's edges (and edge and node types) are the ones this layout describes:
-        a scalar bool. `check` cannot read traced arrays; a compiled function uses this instead and makes its
-        float outputs (and so their gradients) NaN where it is false (`jgnn.compiler`), so a layout built for
-        another graph of the same sizes never gives a silently wrong answer under ``jit``. One gather per CSR slot
-        and per edge."""
-        # A reversed layout's CSR is already over the turned-around edges that the graph passed with it holds.
-        senders, receivers = graph.senders, graph.receivers
-        if senders is None or receivers is None:
+        """In the program, whether the graph's edges (and edge and node types) are the ones this layout describes,
+        as `check` decides it on the host, by `edge_checksum` instead of the fingerprint: a scalar bool. `check`
+        cannot read traced arrays; a compiled function uses this instead and makes its float outputs (and so
+        their gradients) NaN where it is false (`jgnn.compiler`), so a layout built for another graph of the same
+        sizes never gives a silently wrong answer under ``jit``. One pass over the edges, no gathers."""
+        senders, receivers = (graph.receivers, graph.senders) if self.reversed else (graph.senders, graph.receivers)
+        if senders is None or receivers is None or self.checksums[1] is None:
             return jnp.asarray(True)
-        if self.self_loops and not self.looped_input(graph):
-            senders, receivers, _ = append_self_loops(senders, receivers, graph.n_node, graph.n_edge, self.num_nodes)
-        e = senders.shape[0]
         n = graph_lib.num_nodes(graph)
-        if (self.num_edges and e != self.num_edges) or (self.num_nodes and n != self.num_nodes):
+        if self.num_nodes and n != self.num_nodes:
             return jnp.asarray(False)
-        ok = _csr_matches(self.csr, senders, receivers)
-        types = graph_lib.edge_types(graph)
-        if self.pairs is not None and types is not None and not self.self_loops:
-            pair = jnp.clip(self.pairs.edge_pair, 0, self.pairs.pair_src.shape[0] - 1)
-            ok &= jnp.all((self.pairs.pair_src[pair] == senders) & (self.pairs.pair_type[pair] == types))
+        types = None if self.reversed else graph_lib.edge_types(graph)
+        typed, own, looped = (None if c is None else jnp.asarray(c, jnp.uint32) for c in self.checksums)
+        plain = edge_checksum(senders, receivers)
+        ok = plain == own  # as `check`: its own edges (with their types where both have types), or the looped list
+        if types is not None and typed is not None:
+            ok &= edge_checksum(senders, receivers, types) == typed
+        if looped is not None:
+            ok |= plain == looped
         node_types = graph_lib.node_types(graph)
         if self.node_groups and node_types is not None:
             want = np.concatenate([np.full(hi - lo, t, np.int32) for t, lo, hi in self.node_groups])
@@ -244,16 +257,19 @@ class GraphLayout:
         return ok
 
 
-def _csr_matches(csr: pk.CSR, senders, receivers) -> jax.Array:
-    """Whether every occupied slot of ``csr`` holds an edge of (senders, receivers): its row is the edge's
-    receiver and its column the sender."""
-    if not senders.shape[0]:
-        return jnp.asarray(True)
-    slots = jnp.arange(csr.col.shape[0], dtype=csr.indptr.dtype)
-    rows = jnp.searchsorted(csr.indptr, slots, side="right") - 1
-    eid = jnp.clip(csr.eid, 0, senders.shape[0] - 1)
-    hit = (receivers[eid] == rows) & (senders[eid] == csr.col)
-    return jnp.all(jnp.where(slots < csr.indptr[-1], hit, True))
+def edge_checksum(senders, receivers, types=None, xp=jnp):
+    """A uint32 checksum of an edge list (and its edge types), the same in numpy (``xp=np``) and in a program:
+    each edge's ids and position mixed (multiplications and shifts that wrap in uint32), then summed. Not a
+    cryptographic hash: it tells another graph from this one, as `fingerprint` does, but in one pass over the
+    edges inside a program."""
+    u = lambda x: xp.asarray(x, xp.uint32) if isinstance(x, int) else xp.asarray(x).astype(xp.uint32)  # noqa: E731
+    position = xp.arange(xp.shape(senders)[0], dtype=xp.uint32)
+    x = u(senders) * u(0x9E3779B1) ^ (u(receivers) * u(0x85EBCA77) + position * u(0xC2B2AE3D))
+    if types is not None:
+        x = x ^ u(types) * u(0x27D4EB2F)
+    x = (x ^ (x >> u(15))) * u(0x2C1B3C6D)
+    x = x ^ (x >> u(12))
+    return xp.sum(x, dtype=xp.uint32)
 
 
 def _groups(pairs: TypedPairs | None) -> tuple[tuple[int, int, int], ...]:

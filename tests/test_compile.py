@@ -177,8 +177,31 @@ def test_a_layout_for_another_graph_makes_nan_under_jit(backend):
     lay1 = jgnn.GraphLayout.from_graph(g1)
     tree_close(run(g1, lay1), jgnn.message_passing(phi, rho, backend="reference")(g1).nodes)
     assert np.isnan(np.asarray(run(g2, lay1))).all()
+    assert np.isnan(np.asarray(jax.jit(lambda g: layer(g, layout=lay1).nodes)(g2))).all()  # closed over: numpy
     grad = jax.jit(jax.grad(lambda h: jnp.sum(run(g2._replace(nodes={"h": h}), lay1))))(g2.nodes["h"])
     assert np.isnan(np.asarray(grad)[np.unique(g2.senders)]).all()  # every row that the outputs read
+
+
+def test_a_typed_layout_checks_edge_types_and_accepts_the_edges_alone():
+    """On the host (`GraphLayout.check`) and in the program (`GraphLayout.matches`) alike: other edge types are
+    another graph; the same edges without types (a degree probe) and the turned-around graph with the reversed
+    layout are this one."""
+    rng = np.random.default_rng(8)
+    g = random_graph(rng, 12, 40, 3)
+    g = g._replace(edges={"type": jnp.asarray(rng.integers(0, 3, 40), jnp.int32)})
+    lay = jgnn.GraphLayout.from_graph(g)
+    retyped = g._replace(edges={"type": g.edges["type"][::-1]})
+    untyped = g._replace(edges=None)
+    turned = g._replace(senders=g.receivers, receivers=g.senders, edges=None)
+    matches = jax.jit(lambda lay, graph: lay.matches(graph))
+    for graph, layout, same in ((g, lay, True), (retyped, lay, False), (untyped, lay, True),
+                                (turned, lay.reverse(), True), (turned, lay, False)):
+        assert bool(matches(layout, graph)) == same
+        if same:
+            layout.check(graph)
+        else:
+            with pytest.raises(jgnn.LayoutMismatchError):
+                layout.check(graph)
 
 
 @pytest.mark.parametrize("cls", [jnn.GATConv, jnn.GCNConv])
