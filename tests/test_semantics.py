@@ -361,6 +361,13 @@ def test_complex_sums():
     g = g._replace(nodes={"h": jnp.asarray(rng.normal(size=(8, 3)) + 1j * rng.normal(size=(8, 3)), jnp.complex64)})
     compiled, reference = _pair(lambda s, d, e: s["h"] * jnp.conj(d["h"]), lambda mb, n: jgnn.sum(mb))
     assert_close(jax.jit(_h(compiled))(g), _h(reference)(g))
+    # (h) complex derivatives too: reverse mode of a real loss, and forward mode along a complex tangent
+    h = g.nodes["h"]
+    ct, t = (jnp.asarray(rng.normal(size=(8, 3)) + 1j * rng.normal(size=(8, 3)), jnp.complex64) for _ in range(2))
+    on = lambda layer: lambda x: _h(layer)(g._replace(nodes={"h": x}))  # noqa: E731
+    loss = lambda layer: lambda x: jnp.sum(jnp.real(on(layer)(x) * ct))  # noqa: E731
+    assert_close(jax.jit(jax.grad(loss(compiled)))(h), jax.grad(loss(reference))(h))
+    assert_close(jax.jit(lambda x, dx: jax.jvp(on(compiled), (x,), (dx,)))(h, t), jax.jvp(on(reference), (h,), (t,)))
 
 
 # ---- (i) random keys, softmax of softmax -------------------------------------------------------------------
