@@ -330,3 +330,11 @@ def test_a_gradient_that_cancels_to_zero_is_compared_at_the_values_unit_scale():
     assert checker.compare_trees(ref, noise, "float64", lambda: ref, "positions", 1.0, least) is None
     assert checker.compare_trees(ref, wrong, "float64", lambda: ref, "positions", 1.0, least) is not None
     assert checker.compare_trees(ref, noise, "float64", lambda: ref, "positions", 1.0, 0.0) is not None
+
+
+def test_transforms_take_the_reference_run_op_by_op_as_a_second_opinion():
+    """Campaign 20261128 (2 signatures): under ``vmap`` the jitted reference made NaN of the one-edge softmax rows
+    of `destination_softmax_reference_recomputes` (its score recomputed unrounded inside ``s − max``); run op by op
+    it gives jgnn's answer, as `checker.Oracle.eager` already said for the parts (fails without
+    `checker._eager_transform`)."""
+    assert not checker.check_transform(CASES["destination_softmax_reference_recomputes"], "vmap")
