@@ -495,19 +495,24 @@ def softmax_weight(s, m, l):
     return jnp.exp(jnp.where(snaps_to_max(s, m), z - jax.lax.stop_gradient(z), z)) / l
 
 
-# Counted in the precision scores are computed in: float32 for bfloat16 and float16 (XLA and the kernels compute
-# those in float32 and round once), so there a recomputed score must round to the max itself. A window of whole
-# bfloat16 ulps took distinct scores as ties: a score 2 ulps below a max near 2e19 (weight exp(−3e17) = 0) got
-# weight 1 in forward mode, tangents 1e38 where the reference's are 2e19 (fuzz campaign 20261201).
+# `attains_max` counts ulps of the dtype: a kernel's recomputed bfloat16 score misses the max by an ulp, and a tie
+# it misses leaves the tangent shift uncentred (bfloat16 GAT tangents 8% off on pallas_interpret with float32 ulps,
+# campaign 20261128); a false tie costs precision only. `snaps_to_max` changes a weight, so it counts ulps of the
+# precision scores are computed in (float32 for bfloat16 and float16): a window of whole bfloat16 ulps snapped a
+# score 2 ulps below a max near 2e19 (weight exp(−3e17) = 0) to weight 1, tangents 1e38 where the reference's
+# are 2e19 (campaign 20261201).
 MAX_ULPS = 4  # the fuzzer's GAT case with float32 scores near 1e20 misses by 3 ulps
 # The widest window, in the exponent, within which a recomputed weight is left unsnapped: ``exp(±0.5)``.
 SNAP_WIDTH = 0.5
 
 
-def _window(s, m):
-    """``(m, MAX_ULPS ulps of m)``: ulps of float32, or of ``s``'s dtype where it is wider (float64)."""
+def _window(s, m, *, computed: bool = False):
+    """``(m, MAX_ULPS ulps of m)``: ulps of ``s``'s dtype, or with ``computed`` of the precision it is computed in
+    (float32, or float64 for float64)."""
     m = m.astype(s.dtype)
-    eps = min(float(jnp.finfo(s.dtype).eps), float(jnp.finfo(jnp.float32).eps))
+    eps = float(jnp.finfo(s.dtype).eps)
+    if computed:
+        eps = min(eps, float(jnp.finfo(jnp.float32).eps))
     return m, MAX_ULPS * jnp.asarray(eps, s.dtype) * jnp.abs(m)
 
 
@@ -520,9 +525,10 @@ def attains_max(s, m):
 
 def snaps_to_max(s, m):
     """Whether a recomputed score's softmax weight is taken as ``exp(0)`` (`softmax_weight`): it attains the max
-    and the `MAX_ULPS` window is wider than `SNAP_WIDTH` in the exponent (float32, bfloat16 and float16 beyond
-    about 1e6, float64 beyond about 5e14; always for an infinite max)."""
-    m, width = _window(s, m)
+    within `MAX_ULPS` ulps of float32 (of float64 for float64) and that window is wider than `SNAP_WIDTH` in the
+    exponent (float32, bfloat16 and float16 beyond about 1e6, float64 beyond about 5e14; always for an infinite
+    max)."""
+    m, width = _window(s, m, computed=True)
     return (s >= m - width) & (width > SNAP_WIDTH)
 
 
