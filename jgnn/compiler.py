@@ -181,8 +181,8 @@ def _unless_layouts_match(outs: list, layouts: dict[int, layout_lib.GraphLayout]
         return outs
     ok = functools.reduce(jnp.logical_and, [layouts[gi].matches(flat.graphs[gi]) for gi in traced])
     # A factor, not a select: the gradients are NaN too (a select would pass them zero cotangents).
-    return [o * jnp.where(ok, 1, jnp.nan).astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.inexact) else o
-            for o in outs]
+    factor = jnp.where(ok, 1.0, jnp.nan)
+    return [o * factor.astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.inexact) else o for o in outs]
 
 
 # ---- plans -----------------------------------------------------------------------------------------------

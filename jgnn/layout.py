@@ -9,8 +9,8 @@ A layout describes one edge list: the graph's own edges, or (``self_loops=True``
 by one ``i -> i`` edge per node, in the order `append_self_loops` fixes (the one place: `jgnn.nn` layers that add
 loops use it too). It records a fingerprint of the graph; a compiled function checks it against the graph it is
 used with whenever the graph's arrays are concrete, and raises `LayoutMismatchError` naming the difference. Under
-``jit`` the graph is traced: the program compares the layout's CSR with the graph's edges (`GraphLayout.matches`)
-and its float outputs and their gradients are NaN if they differ.
+``jit`` the graph is traced: the program compares a checksum of the graph's edges with the layout's
+(`GraphLayout.matches`), and its float outputs and their gradients are NaN if they differ.
 Pass a layout to a layer (``layer(graph, layout=layout)``) or a compiled function; without it the Pallas kernels
 sort the edges inside the program on every call, which `explain` reports.
 """
@@ -216,9 +216,9 @@ class GraphLayout:
         types = None if arrays[2] is None else np.asarray(arrays[2])
         senders, receivers = (graph.receivers, graph.senders) if self.reversed else (graph.senders, graph.receivers)
         # Its own edges (with their types, where both have types), or those edges with the loops appended.
-        plain = fingerprint(senders, receivers)
-        own = plain == (self.plain_digest or self.digest)
-        if own and types is not None and not self.reversed and self.digest != (self.plain_digest or self.digest):
+        plain, plain_own = fingerprint(senders, receivers), self.plain_digest or self.digest
+        own = plain == plain_own
+        if own and types is not None and not self.reversed and self.digest != plain_own:  # a typed layout
             own = fingerprint(senders, receivers, types) == self.digest
         if self.digest and not (own or plain == self.looped_digest):
             raise LayoutMismatchError("the GraphLayout was built for another graph: this graph's senders, receivers "
@@ -228,7 +228,6 @@ class GraphLayout:
                 and _node_digest(node_types) != self.node_digest:
             raise LayoutMismatchError("the GraphLayout was built for a graph whose nodes are sorted by type; this "
                                       "graph's node types differ (build it with GraphLayout.from_graph(graph))")
-
 
     def matches(self, graph: jraph.GraphsTuple) -> jax.Array:
         """In the program, whether the graph's edges (and edge and node types) are the ones this layout describes,

@@ -446,9 +446,7 @@ class Oracle:
             base = self.ref[name]
             leaves, treedef = jax.tree_util.tree_flatten(base)
             most = [np.zeros((), np.float64) for _ in leaves]
-            mode = self.MODE_OF_PART[name]
-            if name == "grad" and self.grad_by_jvp:
-                mode = "vjp_by_jvp"
+            mode = self._mode(name)
             eps = float(np.finfo(np.float64 if self.case_dtype in ("float64", "complex128") else np.float32).eps)
             for draw in range(SPREAD_DRAWS):
                 rng = np.random.default_rng([self.ops_seed, 4, draw])
@@ -459,7 +457,7 @@ class Oracle:
                 if exc is not None:
                     self.spread_parts[name] = None
                     return None
-                pick = dict(PARTS["vjp" if mode == "vjp_by_jvp" else mode])[name]
+                pick = dict(PARTS[self.MODE_OF_PART[name]])[name]  # vjp_by_jvp gives vjp's structure
                 for i, (b, p) in enumerate(zip(leaves, treedef.flatten_up_to(pick(out)), strict=True)):
                     if is_float(np.asarray(b)) and np.asarray(b).dtype != np.dtype(jax.dtypes.float0):
                         d = np.abs(_as_real(p) - _as_real(b))
@@ -470,12 +468,15 @@ class Oracle:
     # The reference function (a `PARTS` mode) that gives each part.
     MODE_OF_PART = {"forward": "forward", "grad": "vjp", "jvp": "jvp"}
 
+    def _mode(self, name: str) -> str:
+        """The `_compiled` mode that gives part ``name``: the gradient by forward mode where ids leave [0, n)
+        (`FORWARD_MODE_GRAD_FLAGS`), with the same result structure as vjp's."""
+        return "vjp_by_jvp" if name == "grad" and self.grad_by_jvp else self.MODE_OF_PART[name]
+
     def rounded(self, name: str):
         if name not in self.rounded_parts:
-            mode = self.MODE_OF_PART[name]
-            pick = dict(PARTS[mode])[name]
-            if name == "grad" and self.grad_by_jvp:
-                mode = "vjp_by_jvp"  # the same result structure as vjp's
+            pick = dict(PARTS[self.MODE_OF_PART[name]])[name]
+            mode = self._mode(name)
             fn = functools.partial(_compiled(self.program, "reference", mode), self.ops.treedef, self.ops.mask)
             try:
                 with x64(self.case_dtype):
