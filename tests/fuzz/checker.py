@@ -318,6 +318,10 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
         bad = tuple(np.argwhere(ref != got)[0])
         return "value", f"integer mismatch at {bad}: {got[bad]} vs reference {ref[bad]}"
     r, b = _as_real(ref), _as_real(got)
+    one_finite = np.isfinite(r) != np.isfinite(b)
+    if one_finite.any():  # at the range edge, overflow is the association's choice (`tolerances.at_range_edge`)
+        edge = one_finite & tolerances.at_range_edge(_as_real(oracle_leaf()), dtype)
+        r, b = np.where(edge, 0, r), np.where(edge, 0, b)
     # Where the reference overflowed and float64 did not, the oracle stands in for it: as is where the backend is
     # finite. Where the reference's inf − inf made NaN and the backend has an inf (a float16 sum that the
     # reference accumulates in float16 and the backend in float32), that inf is right if the true value is past
@@ -372,8 +376,7 @@ def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
     tree (`tolerances.part_fraction`), or ``least_scale`` (`tolerances.least_scale`) where that is 0.
     """
     paths, treedef = jax.tree_util.tree_flatten_with_path(ref)
-    floor = part_fraction * max((float(np.abs(_as_real(x))[np.isfinite(_as_real(x))].max(initial=0))
-                                 for _, x in paths if is_float(np.asarray(x))), default=0.0)
+    floor = part_fraction * _largest(ref)
     floor = floor or least_scale  # only a part without a nonzero finite entry has no scale of its own
     got_leaves = treedef.flatten_up_to(got)
     for i, ((path, r), g) in enumerate(zip(paths, got_leaves, strict=True)):
@@ -652,7 +655,7 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
         if part in ref:
             if part in ("forward", "jvp"):
                 value = _untainted(value, ref[part], tainted)
-            nonfinite, fraction, least = _derivative_rules(case, part, oracle.grad_by_jvp)
+            nonfinite, fraction, least = _derivative_rules(case, part, oracle.grad_by_jvp, ref.get("forward"))
             compare = functools.partial(compare_trees, got=value, dtype=case.dtype,
                                         oracle_tree=lambda part=part: oracle.part(part), nonfinite=nonfinite,
                                         part_fraction=fraction, least_scale=least,
@@ -676,7 +679,7 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
 SCATTERED_INF_PATTERNS = frozenset({"posinf", "neginf"})
 
 
-def _derivative_rules(case: Case, part: str, grad_by_jvp: bool) -> tuple[str, float, float]:
+def _derivative_rules(case: Case, part: str, grad_by_jvp: bool, forward=None) -> tuple[str, float, float]:
     """How a part's non-finite positions must agree (a `NONFINITE` key), and its rows' least scale, as a fraction
     of the whole part (`tolerances.part_fraction`) and absolute (`tolerances.least_scale`): forward values
     exactly (by position with scattered ±inf inputs); derivatives by position, or at finite positions only for a
@@ -685,7 +688,14 @@ def _derivative_rules(case: Case, part: str, grad_by_jvp: bool) -> tuple[str, fl
         return ("positions" if _scattered_inf(case) else "exact"), 0.0, 0.0
     nonfinite = "finite_only" if part == "grad" and grad_by_jvp else "positions"
     magnitude = case.values.magnitude
-    return nonfinite, tolerances.part_fraction(case.dtype, magnitude), tolerances.least_scale(magnitude)
+    return nonfinite, tolerances.part_fraction(case.dtype, magnitude), tolerances.least_scale(magnitude,
+                                                                                               _largest(forward))
+
+
+def _largest(tree) -> float:
+    """The largest finite |value| of a tree's float leaves; 0 for None."""
+    leaves = [_as_real(np.asarray(x)) for x in jax.tree_util.tree_leaves(tree) if is_float(np.asarray(x))]
+    return max((float(np.abs(x)[np.isfinite(x)].max(initial=0)) for x in leaves), default=0.0)
 
 
 def _grad_by_jvp(case: Case) -> bool:

@@ -189,6 +189,47 @@ def model(backend, inputs, params):
                       frozenset({"rho_softmax", "rho_max", "rho_node_scaled", "psi_mlp", "stack"}))
 
 
+
+def _range_edge_attention() -> pg.Program:
+    """Squared destination features near 1e38 feed a softmax-weighted sum and a max (campaign 20261128, classes
+    c and g): the fused sum of ``exp(s − m) v`` overflows before it divides where the reference's weighted terms
+    do not, and a gradient entry whose float64 value is −8.6e40 is −inf in the reference and finite in jgnn.
+    Both sit at the range edge (`tolerances.at_range_edge`)."""
+    source = """
+def model(backend, inputs, params):
+    P = params
+    key = jax.random.PRNGKey(3)
+    def phi(src, dst, edge):
+        p1 = dst["h"] @ P["W0"]
+        p3 = p1 * p1
+        p4 = jnp.where((jax.random.uniform(key, (8,), jnp.float32) < 0.75), p3 / 0.75, 0.0)
+        p6 = (p4 @ P["W1"]).reshape(2, 1)
+        p9 = jax.nn.leaky_relu(jnp.sum(p6 * P["W2"], -1) + edge["b"], 0.2)
+        return {"m0": p4, "l": p9, "v": p6, "k": dst["type"] * 16777217 + 3}
+    def rho(mb, node):
+        return {"a_m0": jgnn.sum(mb["m0"]), "a_k": jgnn.sum(mb["k"]),
+                "a_att": jgnn.sum(jgnn.softmax(mb["l"])[..., None] * mb["v"]) + jgnn.max(mb["v"])}
+    layer = jgnn.message_passing(phi, rho, None, backend=backend)
+    return layer(inputs["graph"]).nodes
+"""
+    sig = Signature(node_feats=(("h", (3,)),), edge_feats=(("b", (2,)),), node_types=2)
+    return pg.Program("message_passing", source, sig, (("W0", (3, 8)), ("W1", (8, 2)), ("W2", (2, 1))),
+                      frozenset())
+
+
+def _jraph_gat_edge_bias() -> pg.Program:
+    """`jraph.GAT` of width-1 features, 2 heads, scores plus an edge feature (campaign 20261128, class b)."""
+    lines = [
+        'query = lambda x: (x @ P["W0"]).reshape(x.shape[0], 2, 1)',
+        'logit = lambda sent, received, edges: jax.nn.leaky_relu(jnp.sum(sent * P["W1"] + received * P["W2"], '
+        '-1) + edges["b"], 0.2)[..., None]',
+        "update = lambda x: jax.nn.elu(x.reshape(x.shape[0], -1))",
+        'out = jraph.GAT(query, logit, update)(graph._replace(nodes=graph.nodes["h"]))',
+    ]
+    sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("b", (2,)),))
+    return pg.Program("jraph_gat", _compiled_source(lines, '{"h": out.nodes}'), sig,
+                      (("W0", (1, 2)), ("W1", (2, 1)), ("W2", (2, 1))), frozenset({"jraph_gat"}))
+
 CASES = {
     # CI at ce3ef70: float32 features near 1e19 saturate every softmax row. The tangent α·ds − α·T cancelled two
     # 1e19 terms (xla: 1e32 where the reference has −5e19), and the Pallas forward's row max, recomputed by
@@ -271,6 +312,13 @@ CASES = {
     "destination_tanh_out_of_range_grad": Case(_destination_tanh(), "float32",
                                                GraphSpec("sparse", frozenset({"out_of_range"}), 376),
                                                ValueSpec(3254, "huge", ())),
+    "attention_at_the_range_edge": Case(_range_edge_attention(), "float32", GraphSpec("padded", frozenset(), 158),
+                                        ValueSpec(886, "huge", (Pattern("mask_rows_1e9", "graph.edges.b"),
+                                                                Pattern("posinf", "graph.nodes.h")))),
+    "gat_one_finite_score_huge_grad": Case(_jraph_gat_edge_bias(), "float32",
+                                           GraphSpec("dense", frozenset({"sorted"}), 23498),
+                                           ValueSpec(703, "huge", (Pattern("neginf_prefix", "graph.edges.b"),
+                                                                   Pattern("neginf_prefix", "graph.edges.b")))),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
@@ -330,6 +378,32 @@ def test_a_gradient_that_cancels_to_zero_is_compared_at_the_values_unit_scale():
     assert checker.compare_trees(ref, noise, "float64", lambda: ref, "positions", 1.0, least) is None
     assert checker.compare_trees(ref, wrong, "float64", lambda: ref, "positions", 1.0, least) is not None
     assert checker.compare_trees(ref, noise, "float64", lambda: ref, "positions", 1.0, 0.0) is not None
+
+
+@pytest.mark.parametrize("ref, got, oracle, passes", [
+    (3.39e38, np.inf, 3.39e38, True),  # the fused sum overflows before it divides (campaign 20261128, class g)
+    (-np.inf, 5.0e19, -8.6e40, True),  # past the range: the reference's inf is its rounding noise (class c)
+    (2.0e38, np.nan, 2.0e38, True),  # a reassociated gradient's inf − inf (class ?)
+    (1.0e34, np.inf, 1.0e34, False),  # below the edge: an overflow is wrong
+    (1.0, np.inf, 1.0, False),
+    (np.nan, 1.0, np.nan, False),  # NaN from a NaN input stays exact
+])
+def test_overflow_is_compared_only_below_the_range_edge(ref, got, oracle, passes):
+    res = checker.compare_leaf(np.array([1.0, ref], np.float32), np.array([1.0, got], np.float32), "float32",
+                               lambda: np.array([1.0, oracle], np.float64))
+    assert (res is None) == passes, res
+
+
+def test_a_derivative_that_is_zero_everywhere_is_compared_at_the_forward_scale():
+    """Campaign 20261128, class b: a softmax row with one finite score has a score derivative of exactly 0 in the
+    reference; a kernel's weight of 1 − 2^-24 leaves 8e11 at outputs of 3.2e19. That noise passes at the
+    forward scale, an error of 1e-3 of it does not, and with no forward scale neither does the noise."""
+    ref, noise, wrong = ({"g": np.array([[0.0], [v]], np.float32)} for v in (0.0, 8.4e11, 3.2e16))
+    least = tolerances.least_scale("huge", 3.2e19)
+    assert checker.compare_trees(ref, noise, "float32", lambda: ref, "positions", 1.0, least) is None
+    assert checker.compare_trees(ref, wrong, "float32", lambda: ref, "positions", 1.0, least) is not None
+    assert checker.compare_trees(ref, noise, "float32", lambda: ref, "positions", 1.0,
+                                 tolerances.least_scale("huge")) is not None
 
 
 def test_transforms_take_the_reference_run_op_by_op_as_a_second_opinion():

@@ -13,7 +13,11 @@ true value lies past the dtype's range with that sign (a float16 sum the backend
 overflows once, where the reference's float16 partial sums overflowed both ways), or when the program with every
 operation rounded once to its dtype overflows there with that sign (`rounded`: a float16 mean whose sum does not
 fit, though the mean does). Forward values of cases with
-scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`).
+scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`). A position that is finite on one
+side and not on the other is not compared where the float64 oracle is within `RANGE_HEADROOM` of the dtype's
+largest number or past it (`at_range_edge`): there whether a sum overflows depends on its association, and a
+fused softmax sums before it divides. This is the one place where jgnn's overflow may differ from the
+reference's; NaN and inf that come from the inputs, and overflow of values 2^11 below the range, stay exact.
 
 At positions where both are finite, values are compared row by row (the leading axis: one node, edge or
 parameter slice). With ``r`` the reference and ``b`` the backend, a row passes when it is within rounding of
@@ -87,12 +91,30 @@ def part_fraction(dtype: str, magnitude: str) -> float:
     return 1.0 if magnitude == "huge" or dtype in ("float16", "bfloat16") else LEAF_FRACTION
 
 
-def least_scale(magnitude: str) -> float:
+def least_scale(magnitude: str, forward_scale: float = 0.0) -> float:
     """A derivative row's scale is at least this much: 1 for unit-scale values (``normal``), whose derivatives sum
     products of about that size. Where every finite entry of the reference's gradient is exactly 0 (its terms
     cancel, the other entries are ±inf), the part gives no scale, and a backend's rounding noise of those terms
-    (5e-17 in float64) would be compared with 0. Other magnitudes have no such unit."""
-    return 1.0 if magnitude == "normal" else 0.0
+    (5e-17 in float64) would be compared with 0. Other magnitudes have no such unit: there the terms are products
+    of a cotangent and a value as large as the forward outputs, ``forward_scale`` (the largest finite |output| of
+    the reference). A softmax row with one finite score has weight 1 and a score derivative ``p − 1·p = 0``; a
+    kernel that recomputes the weight as 1 − 2^-24 leaves 2^-24·|p| (campaign 20261128: 8e11 at outputs of 3e19).
+    """
+    return 1.0 if magnitude == "normal" else forward_scale
+
+
+# Values within this factor of the dtype's largest finite number sit at the range edge. A fused softmax sums
+# ``exp(s - m) v`` over up to a hub's 1,050 in-edges before it divides, as every fused attention does, and a
+# reassociated product chain or gradient sums per node before it multiplies: an intermediate up to the in-degree
+# times a finite output overflows where the reference's association does not, and the reverse.
+RANGE_HEADROOM = 2.0 ** 11
+
+
+def at_range_edge(oracle: np.ndarray, dtype: str) -> np.ndarray:
+    """Where the float64 oracle is finite but within `RANGE_HEADROOM` of the dtype's range, or past it: there a
+    position that overflows on one side and not on the other is not compared."""
+    big = float(ml_dtypes.finfo(dtype.replace("complex128", "float64").replace("complex64", "float32")).max)
+    return np.isfinite(oracle) & (np.abs(oracle) >= big / RANGE_HEADROOM)
 
 
 def _at_least_fraction(rows: np.ndarray) -> np.ndarray:
