@@ -397,19 +397,14 @@ MICRO_TYPES = 8  # typed_matmul: rows split evenly into this many types
 
 
 def build_micro(system: str, case: suites.Case, data: Data, device: str) -> Runnable:
-    """One fused kernel on ``data``'s graph at width ``d`` (from the dataset name ``<graph>/d=<d>``)."""
-    import importlib
-
+    """One fused kernel's forward on ``data``'s graph at width ``d`` (from the dataset name ``<graph>/d=<d>``),
+    against its pure-jnp reference on XLA."""
     kernel = case.model
     d = int(case.dataset.split("d=")[1])
-    module = {"gather_reduce": "gather_reduce", "attention_aggregate": "attention",
-              "gather_compute": "gather_compute", "typed_matmul": "typed_matmul"}[kernel]
     try:
-        mod = importlib.import_module(f"pallas_kernels.{module}")
-        from pallas_kernels.csr import build_csr_numpy
-        fused, ref = getattr(mod, kernel), getattr(mod, f"{kernel}_reference")
+        import pallas_kernels as pk
     except Exception as e:  # noqa: BLE001
-        raise Unavailable(f"pallas_kernels.{module}.{kernel}: {type(e).__name__}: {e}") from e
+        raise Unavailable(f"pallas_kernels: {type(e).__name__}: {e}") from e
     g = data.graph
     n, e = data.num_nodes, data.num_edges
     rng = np.random.default_rng(0)
@@ -418,36 +413,36 @@ def build_micro(system: str, case: suites.Case, data: Data, device: str) -> Runn
     if kernel == "typed_matmul":
         w = jnp.asarray(rng.standard_normal((MICRO_TYPES, d, d), dtype=np.float32) / np.sqrt(d))
         gs = jnp.asarray(np.diff(np.linspace(0, n, MICRO_TYPES + 1).astype(np.int32)))
-        fns = {"pallas": lambda x, w, gs: fused(x, w, gs, impl="pallas"),
-               "ragged_dot": lambda x, w, gs: fused(x, w, gs, impl="ragged_dot"),
-               "xla": lambda x, w, gs: ref(x, w, gs)}
+        fns = {"pallas": lambda x, w, gs: pk.typed_matmul(x, w, gs, impl="pallas"),
+               "ragged_dot": lambda x, w, gs: pk.typed_matmul(x, w, gs, impl="ragged_dot"),
+               "xla": lambda x, w, gs: pk.typed_matmul_reference(x, w, gs)}
         args = (x, w, gs)
         floor = x.nbytes + w.nbytes + n * d * 4 + gs.nbytes
     else:
-        fwd, rev = build_csr_numpy(np.asarray(g.senders), np.asarray(g.receivers), n)
-        fwd, rev = jax.device_put(fwd), jax.device_put(rev)
+        csr, _ = pk.build_csr_numpy(np.asarray(g.senders), np.asarray(g.receivers), n)
+        csr = jax.device_put(csr)
         csr_bytes = (n + 1 + e) * i32  # indptr + col: the index stream a row walk must read
         if kernel == "gather_reduce":
-            edge_fn = lambda s, t, u: s[0]
-            fns = {"pallas": lambda x, c, rc: fused(edge_fn, (x,), (), (), c, rc, reduce="sum"),
-                   "xla": lambda x, c, rc: ref(edge_fn, (x,), (), (), c, reduce="sum")}
-            args = (x, fwd, rev)
+            edge_fn = lambda c, r, u, s: c[0]
+            run = lambda f: lambda x, c: f(edge_fn, (x,), (), (), (), c, reduce="sum")
+            args = (x, csr)
             floor = x.nbytes + n * d * 4 + csr_bytes
+            fns = {"pallas": run(pk.gather_reduce_forward), "xla": run(pk.gather_reduce_forward_reference)}
         elif kernel == "gather_compute":
-            edge_fn = lambda s, t, u: s[0] * t[0]
-            fns = {"pallas": lambda x, c, rc: fused(edge_fn, (x,), (x,), (), c, rc),
-                   "xla": lambda x, c, rc: ref(edge_fn, (x,), (x,), (), c)}
-            args = (x, fwd, rev)
+            edge_fn = lambda c, r, u, s: c[0] * r[0]
+            run = lambda f: lambda x, c: f(edge_fn, (x,), (x,), (), (), c, num_edges=e)
+            args = (x, csr)
             floor = x.nbytes + e * d * 4 + csr_bytes + e * i32  # + eid: outputs are addressed by edge id
+            fns = {"pallas": run(pk.gather_compute_forward), "xla": run(pk.gather_compute_forward_reference)}
         else:  # attention_aggregate: one head, GAT-style additive score
             a_src = jnp.asarray(rng.standard_normal((n, 1), dtype=np.float32))
             a_dst = jnp.asarray(rng.standard_normal((n, 1), dtype=np.float32))
-            score = lambda s, t, u: jax.nn.leaky_relu(s[0] + t[0], 0.2)
+            edge_fn = lambda c, r, u, s: (jax.nn.leaky_relu(c[0] + r[0], 0.2), c[1])
+            run = lambda f: lambda a, b, v, c: f(edge_fn, (a, v), (b,), (), (), c, heads=1)[0]
             v = x[:, None, :]
-            fns = {"pallas": lambda a, b, v, c, rc: fused(score, (a,), (b,), (), v, c, rc),
-                   "xla": lambda a, b, v, c, rc: ref(score, (a,), (b,), (), v, c)}
-            args = (a_src, a_dst, v, fwd, rev)
+            args = (a_src, a_dst, v, csr)
             floor = v.nbytes + a_src.nbytes + a_dst.nbytes + n * d * 4 + csr_bytes
+            fns = {"pallas": run(pk.attention_forward), "xla": run(pk.attention_forward_reference)}
     info = {"floor_bytes": int(floor)}
     if system == "byte_floor":
         return Runnable("none", info=info)

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jcore
 
 
@@ -53,7 +54,7 @@ CHECKPOINT = _primitive_of(jax.checkpoint(lambda x: x * 2.0), 1.0)
 CLOSED_CALL = getattr(jcore.primitives, "closed_call_p", None)
 CUSTOM_JVP = _primitive_of(jax.nn.relu, 1.0)
 CUSTOM_VJP = _custom_vjp_primitive()
-CHECKPOINT_NAME = _primitive_of(lambda x: __import__("jax").ad_checkpoint.checkpoint_name(x, "n"), 1.0)
+CHECKPOINT_NAME = _primitive_of(lambda x: checkpoint_name(x, "n"), 1.0)
 
 # Inlined by jgnn's IR: call primitive -> the param holding the callee's jaxpr.
 INLINED_CALLS = {p: k for p, k in ((JIT, "jaxpr"), (CHECKPOINT, "jaxpr"), (CLOSED_CALL, "call_jaxpr"))

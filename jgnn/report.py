@@ -46,6 +46,7 @@ class Reason(enum.StrEnum):
     SPLIT_SUM = "split_sum"
     SAME_PROVENANCE = "same_provenance"
     SPLIT_DIM_NOT_CONTRACTED = "split_dim_not_contracted"
+    CANCELLING_DIFFERENCE = "cancelling_difference"
     REASSOCIATED = "reassociated"
     REASSOCIATION_COSTS_MORE = "reassociation_costs_more"
     MATMUL_BEFORE_REDUCTION = "matmul_before_reduction"
@@ -133,6 +134,8 @@ MESSAGES: dict[Reason, str] = {
     Reason.SPLIT_SUM: "({pieces}) @ W split into {n} matmuls so each can move to its own rows",
     Reason.SAME_PROVENANCE: "{op} feeding dot_general: operands come through the same index, nothing to split",
     Reason.SPLIT_DIM_NOT_CONTRACTED: "concatenate feeding dot_general along a dimension that is not contracted",
+    Reason.CANCELLING_DIFFERENCE: "(x[{a}] - x[{b}]) @ W kept per edge: neighbours' features cancel in the difference, "
+                                  "and x[{a}] @ W - x[{b}] @ W would keep the rounding of the large terms",
     Reason.REASSOCIATED: "{form} → {to}: {before:.3g} → {after:.3g} FLOPs",
     Reason.REASSOCIATION_COSTS_MORE: "{form}: reassociating costs more ({before:.3g} vs {after:.3g} FLOPs)",
     Reason.MATMUL_BEFORE_REDUCTION: "{form} → segment(rows @ W): the {edges} edges carry {d_out} values, not "

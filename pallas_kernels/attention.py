@@ -4,7 +4,7 @@ For every row ``r`` of the CSR and head ``h`` (``edge_fn`` returns a score and a
 
     m = max_e s_e            (-inf for a row without slots)
     p_e = exp(s_e - m),  l = Σ_e p_e
-    out = Σ_e (p_e / l) · κ_e · v_e,   κ_e = keep(seed, eid, h) / (1 - rate)   (1 without dropout)
+    out = (Σ_e p_e · κ_e · v_e) / l,   κ_e = keep(seed, eid, h) / (1 - rate)   (1 without dropout)
 
 :func:`attention_forward` returns ``(out, m, l)`` exactly as this two-pass formula gives them, NaN and inf
 included: an empty row gives ``(0, -inf, 0)``; a row whose scores are all -inf gives NaN (the formula's
@@ -23,14 +23,13 @@ Operands are ``[*, H]`` or ``[*, H, Dk]`` (``col`` gathered at ``csr.col``, ``ro
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pallas_kernels import _dtypes, _pullback, residuals
+from pallas_kernels import _dtypes
 from pallas_kernels import _reference as ref
 from pallas_kernels import _walk as wk
 from pallas_kernels import dropout as dr
@@ -182,106 +181,11 @@ def attention_forward_reference(edge_fn: Callable, col, row, edge, shared, csr: 
     m = seg(jax.ops.segment_max, scores)
     p = jnp.where(ref.lanes(valid, scores), jnp.exp(scores - jax.lax.stop_gradient(m)[rows]), 0.0)
     l = seg(jax.ops.segment_sum, p)
-    # Slots of no row divide 0 by 0; a where after the division would still pass NaN to the values' gradient.
-    alpha = p / jnp.where(ref.lanes(valid, scores), l[rows], 1.0)
     kappa = _keep_scale(jnp.asarray(0 if dropout_seed is None else dropout_seed, jnp.int32), csr.eid[:, None],
                         jnp.arange(heads, dtype=jnp.int32), float(dropout_rate), compute)
-    if kappa is not None:
-        alpha = alpha * kappa
-    terms = jnp.where(ref.lanes(valid, values), alpha[..., None] * values, 0.0)
-    out = seg(jax.ops.segment_sum, terms)[:num_rows]
-    return out.astype(out_dtype or _dtypes.result_dtype(arrays)), m[:num_rows], l[:num_rows]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Differentiable wrapper (standalone users): score function plus values gathered by source or edge.
-# ---------------------------------------------------------------------------------------------------------------
-
-def _edge_fn(score_fn, value_index: str, n_src: int, n_edge: int):
-    """The 4-argument edge function of :func:`attention_forward` for a score function and a values operand
-    that rides as the last col operand (``value_index="src"``) or the last edge operand (``"edge"``)."""
-    def run(c, r, e, s=()):
-        values = c[n_src] if value_index == "src" else e[n_edge]
-        return score_fn(c[:n_src], r, e[:n_edge]), values
-    return run
-
-
-def _operands(src, edge, values, value_index):
-    return (src + (values,), edge) if value_index == "src" else (src, edge + (values,))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _attention(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, rev_csr, seed):
-    return _attention_fwd(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, rev_csr, seed)[0]
-
-
-def _attention_fwd(score_fn, value_index, rate, interpret, src, dst, edge, values, csr, rev_csr, seed):
-    col, edges = _operands(src, edge, values, value_index)
-    fn = _edge_fn(score_fn, value_index, len(src), len(edge))
-    out, m, l = attention_forward(fn, col, dst, edges, (), csr, heads=values.shape[1], dropout_rate=rate,
-                                  dropout_seed=seed[0], interpret=interpret)
-    return out, (src, dst, edge, values, csr, rev_csr, seed, *residuals.name_stats(out, m, l))
-
-
-def _attention_bwd(score_fn, value_index, rate, interpret, res, g):
-    src, dst, edge, values, csr, rev_csr, seed, out, m, l = res
-    compute = m.dtype
-    g = g.astype(compute)
-    delta = jnp.sum(g * out.astype(compute), axis=-1)  # [R, H]: Σ_e α_e κ_e <dO, v_e> per row and head
-    col, edges = _operands(src, edge, values, value_index)
-    edge_fn = _edge_fn(score_fn, value_index, len(src), len(edge))
-
-    def fn(c, r, e):
-        scores, vals = edge_fn(c, r, e)
-        return jnp.broadcast_to(scores, vals.shape[:2]), vals
-
-    def cotangent(y, node, edge_x, ctx):
-        (scores, vals), (do, m_, l_, delta_) = y, node
-        alpha = jnp.exp(scores - m_) / l_
-        head = ctx.offset + jax.lax.broadcasted_iota(jnp.int32, (scores.shape[1],), 0)
-        kappa = _keep_scale(ctx.seed, ctx.eid, head, rate, compute)
-        kappa = jnp.ones_like(alpha) if kappa is None else kappa
-        return alpha * (kappa * jnp.sum(do * vals, axis=-1) - delta_), (alpha * kappa)[..., None] * do
-
-    d_col, d_dst, d_edges = _pullback.pullback(fn, col, dst, edges, csr, rev_csr, axis=values.shape[1],
-                                               compute=compute, cotangent=cotangent, node_extras=(g, m, l, delta),
-                                               seed=seed, interpret=interpret, name="gnn_attention")
-    d_values = d_col[-1] if value_index == "src" else d_edges[-1]
-    d_src = d_col[:len(src)]
-    return d_src, d_dst, d_edges[:len(edge)], d_values, None, None, None
-
-
-_attention.defvjp(_attention_fwd, _attention_bwd)
-
-
-def attention_aggregate(score_fn, src: tuple, dst: tuple, edge: tuple, values: jax.Array, csr: CSR,
-                        rev_csr: CSR, *, value_index: str = "src", dropout_rate: float = 0.0,
-                        dropout_seed=None, interpret: bool = False) -> jax.Array:
-    """Differentiable ``[R, H, D]`` attention output with a score function and gathered values.
-
-    Args:
-      score_fn: ``(src_rows, dst_rows, edge_rows) -> [B, Hb]`` logits on zero-padded tiles.
-      src, dst, edge: tuples of ``[*, H]`` / ``[*, H, Dk]`` score operands (col, row, edge roles).
-      values: ``[N_src, H, D]`` (``value_index="src"``) or ``[E, H, D]`` (``"edge"``).
-      csr, rev_csr: forward (rows = dst) and reverse (rows = src) CSRs.
-      dropout_rate: static attention dropout rate; ``dropout_seed`` an int32 scalar (traced is fine).
-    """
-    if value_index not in ("src", "edge"):
-        raise ValueError(f"value_index must be 'src' or 'edge', got {value_index!r}")
-    _check(dropout_rate, dropout_seed)
-    return _attention(score_fn, value_index, float(dropout_rate), interpret, tuple(src), tuple(dst), tuple(edge),
-                      values, csr, rev_csr, _seed_array(dropout_seed))
-
-
-def attention_aggregate_reference(score_fn, src: tuple, dst: tuple, edge: tuple, values: jax.Array, csr: CSR,
-                                  rev_csr: CSR | None = None, *, value_index: str = "src",
-                                  dropout_rate: float = 0.0, dropout_seed=None) -> jax.Array:
-    """Pure-jnp reference of :func:`attention_aggregate` (materializes per-edge logits)."""
-    del rev_csr
-    if value_index not in ("src", "edge"):
-        raise ValueError(f"value_index must be 'src' or 'edge', got {value_index!r}")
-    src, edge = tuple(src), tuple(edge)
-    col, edges = _operands(src, edge, values, value_index)
-    return attention_forward_reference(_edge_fn(score_fn, value_index, len(src), len(edge)), col, tuple(dst),
-                                       edges, (), csr, heads=values.shape[1], dropout_rate=dropout_rate,
-                                       dropout_seed=dropout_seed)[0]
+    weights = p if kappa is None else p * kappa
+    terms = jnp.where(ref.lanes(valid, values), weights[..., None] * values, 0.0)
+    total = seg(jax.ops.segment_sum, terms)[:num_rows]
+    l = l[:num_rows]
+    out = total / jnp.where(l == 0, 1.0, l)[..., None]  # once per row, as the kernel and jgnn's reference
+    return out.astype(out_dtype or _dtypes.result_dtype(arrays)), m[:num_rows], l

@@ -252,19 +252,6 @@ def _dce(jaxpr: Any, *, keep_inputs: bool) -> tuple[Any, list[bool]] | None:
     return dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars), instantiate=keep_inputs)
 
 
-def pullback_reads(fn: Callable[..., Any], args: tuple, cotangent: Any) -> list[bool]:
-    """For each leaf of ``args``: whether the pullback of ``fn`` at ``args`` reads it.
-
-    A fused op's custom VJP keeps only the operands its backward reads. Found by JAX's dead-code elimination
-    of the pullback's jaxpr; where that is missing every leaf counts as read, which is always correct, only
-    less frugal.
-    """
-    closed = jax.make_jaxpr(lambda a, c: jax.vjp(fn, *a)[1](c))(args, cotangent)
-    n = len(jax.tree_util.tree_leaves(args))
-    pruned = _dce(closed.jaxpr, keep_inputs=False)
-    return [True] * n if pruned is None else list(pruned[1])[:n]
-
-
 def without_dead_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (pure, on pytrees of arrays) with the ops that no output reads removed before they reach a kernel.
 

@@ -10,13 +10,9 @@ and accumulates col cotangents walking the reverse CSR. No atomics, so gradients
 """
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 import jax
 import jax.numpy as jnp
 
-from pallas_kernels import _dtypes, _pullback
 from pallas_kernels import _lanewise as lw
 from pallas_kernels import _walk as wk
 from pallas_kernels.csr import CSR
@@ -54,55 +50,3 @@ def gather_compute_forward_reference(edge_fn: lw.EdgeFn, col, row, edge, shared,
     target = jnp.where(valid, csr.eid, num_edges)  # slots of no row are dropped
     out = jnp.zeros((num_edges, call.width), vals.dtype).at[target].set(vals, mode="drop")
     return out.astype(call.out_dtype)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Differentiable wrapper (standalone users): 3-argument edge_fn, forward and reverse CSRs.
-# ---------------------------------------------------------------------------------------------------------------
-
-def _num_edges(edge, csr: CSR) -> int:
-    return edge[0].shape[0] if edge else csr.eid.shape[0]
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _gather_compute(edge_fn, interpret, src, dst, edge, csr, rev_csr):
-    del rev_csr
-    return gather_compute_forward(lambda c, r, e, s: edge_fn(c, r, e), src, dst, edge, (), csr,
-                                  num_edges=_num_edges(edge, csr), interpret=interpret)
-
-
-def _gather_compute_fwd(edge_fn, interpret, src, dst, edge, csr, rev_csr):
-    return _gather_compute(edge_fn, interpret, src, dst, edge, csr, rev_csr), (src, dst, edge, csr, rev_csr)
-
-
-def _gather_compute_bwd(edge_fn, interpret, res, g):
-    src, dst, edge, csr, rev_csr = res
-    compute = _dtypes.compute_dtype((g,), integers=False, what="gather_compute gradient")
-    width = max(x.shape[1] for x in (*src, *dst, *edge))
-    fn = lambda c, r, e: jnp.broadcast_to(edge_fn(c, r, e), (*c, *r, *e)[0].shape)
-    d_src, d_dst, d_edge = _pullback.pullback(
-        fn, src, dst, edge, csr, rev_csr, axis=width, compute=compute, edge_extras=(g,),
-        cotangent=lambda y, node, edge_x, ctx: edge_x[0], interpret=interpret, name="gnn_gather_compute")
-    return d_src, d_dst, d_edge, None, None
-
-
-_gather_compute.defvjp(_gather_compute_fwd, _gather_compute_bwd)
-
-
-def gather_compute(edge_fn: Callable, src: tuple, dst: tuple, edge: tuple, csr: CSR, rev_csr: CSR, *,
-                   interpret: bool = False) -> jax.Array:
-    """Differentiable ``[E, F]`` :func:`gather_compute_forward` with a 3-argument ``edge_fn``.
-
-    ``E`` is the leading size of the edge operands, or ``csr.eid.shape[0]`` when there are none (use
-    :func:`pallas_kernels.csr.build_csr_jax`, whose CSRs keep all E slots, in that case).
-    """
-    return _gather_compute(edge_fn, interpret, tuple(src), tuple(dst), tuple(edge), csr, rev_csr)
-
-
-def gather_compute_reference(edge_fn: Callable, src: tuple, dst: tuple, edge: tuple, csr: CSR,
-                             rev_csr: CSR | None = None) -> jax.Array:
-    """Pure-jnp reference of :func:`gather_compute`."""
-    del rev_csr
-    return gather_compute_forward_reference(lambda c, r, e, s: edge_fn(c, r, e), tuple(src), tuple(dst),
-                                            tuple(edge), (), csr, num_edges=_num_edges(tuple(edge), csr))
-

@@ -44,6 +44,38 @@ def test_pallas_interpret_layer_uses_kernel_and_matches_reference(with_layout):
                                **TOL)
 
 
+
+@pytest.mark.parametrize("kind", ["sum", "attention"])
+def test_device_scalars_closed_over_by_phi_reach_the_kernels(kind):
+    """A scale and a dropout seed held as device scalars (``jnp.float32(0.5)``, ``jnp.int32(3)``) were consts
+    captured by the kernel's body: Pallas raised ``captures constants`` on the kernel backends (found by
+    compiling every GPU kernel case through `jgnn.message_passing`). Python numbers always worked."""
+    from jgnn.nn._utils import AttentionDropout
+
+    rng = np.random.default_rng(SEED)
+    n, e, heads = 12, 40, 4
+    scale, drop = jnp.float32(0.5), AttentionDropout(jnp.int32(3), 0.2)
+    graph = jraph.GraphsTuple(
+        nodes={"k": jnp.asarray(rng.normal(size=(n, heads, 8)), jnp.float32),
+               "v": jnp.asarray(rng.normal(size=(n, heads, 8)), jnp.float32)},
+        edges={"b": jnp.asarray(rng.normal(size=(e, heads)), jnp.float32), **drop.edge_features(e)},
+        senders=jnp.asarray(rng.integers(0, n, e), jnp.int32), receivers=jnp.asarray(rng.integers(0, n, e), jnp.int32),
+        n_node=jnp.array([n]), n_edge=jnp.array([e]), globals=None)
+
+    def phi(src, dst, edge):
+        return {"s": jnp.sum(src["k"] * dst["k"], -1) * scale + edge["b"], "v": src["v"] * scale,
+                "mask": drop.scale(edge, heads)}
+
+    def rho(mb, node):
+        if kind == "sum":
+            return {"out": jgnn.sum(mb["v"])}
+        return {"out": jgnn.sum((jgnn.softmax(mb["s"]) * mb["mask"])[..., None] * mb["v"])}
+
+    layer = jgnn.message_passing(phi, rho, None, backend="pallas_interpret")
+    reference = jgnn.message_passing(phi, rho, None, backend="reference")
+    assert [k.lowering for k in jgnn.explain(layer, graph).kernels] == ["kernel"]
+    np.testing.assert_allclose(layer(graph).nodes["out"], reference(graph).nodes["out"], **TOL)
+
 def test_compiled_jraph_gcn_on_kernel_matches():
     rng = np.random.default_rng(SEED)
     graph = random_graph(rng, 12, 40, 7)

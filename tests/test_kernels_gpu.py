@@ -1,13 +1,17 @@
 """Non-interpreted (Triton) runs of every kernel on a power-law graph with a ~23k in-degree hub; skipped
 without a GPU. Forward entry points against their references (host and traced CSRs, so split rows and the
-combine kernel run), and the wrappers' gradients against JAX's gradients of the references."""
+combine kernel run), and jgnn's gradients on those kernels against the reference program's."""
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
+import jraph
 import numpy as np
 import pytest
 
+import jgnn
 import pallas_kernels as pk
 
 pytestmark = pytest.mark.gpu
@@ -77,37 +81,48 @@ def _check_grads(kern, ref, args):
         _close(p, q)
 
 
-def _edge_fn3(S, D, E_):
-    return jnp.tanh(S[0] * D[0]) + E_[0] * S[1]
+BACKEND = "pallas"  # the jgnn backend whose gradients are checked (tests set "pallas_interpret" to try this file)
+
+
+def _jraph_graph(seed, nodes: dict, edges: dict):
+    """The power-law graph of `_graph` as a GraphsTuple, its 2% invalid edges pointing at a padding node."""
+    rng = np.random.default_rng(seed)
+    s, r = rng.integers(0, N, E), np.minimum(rng.zipf(1.5, E), N - 10) - 1
+    r = np.where(rng.random(E) > 0.02, r, N - 1)
+    return rng, jraph.GraphsTuple(nodes=nodes(rng), edges=edges(rng), senders=jnp.asarray(s, jnp.int32),
+                                  receivers=jnp.asarray(r, jnp.int32), n_node=jnp.array([N]), n_edge=jnp.array([E]),
+                                  globals=None)
+
+
+def _check_layer_grads(phi, rho, graph):
+    """jgnn's gradient on ``BACKEND`` (its edge ops' transposes on the kernels) against the reference program's."""
+    def loss(backend, nodes, edges):
+        out = jgnn.message_passing(phi, rho, None, backend=backend)(graph._replace(nodes=nodes, edges=edges))
+        return jnp.sum(jax.tree.leaves(out.nodes)[0] * 0.01)
+
+    got = jax.jit(jax.grad(functools.partial(loss, BACKEND), argnums=(0, 1)))(graph.nodes, graph.edges)
+    want = jax.grad(functools.partial(loss, "reference"), argnums=(0, 1))(graph.nodes, graph.edges)
+    for p, q in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        _close(p, q)
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
-def test_gather_reduce_gradient_gpu(reduce):
-    rng, (fwd, rev) = _graph(2)
-    args = (_rand(rng, (N, 64)), _rand(rng, (N, 1)), _rand(rng, (E, 64)))
-    _check_grads(lambda x, a, w: pk.gather_reduce(_edge_fn3, (x, a), (x,), (w,), fwd, rev, reduce=reduce),
-                 lambda x, a, w: pk.gather_reduce_reference(_edge_fn3, (x, a), (x,), (w,), fwd, rev, reduce=reduce),
-                 args)
+def test_reduction_gradient_gpu(reduce):
+    _, graph = _jraph_graph(2, lambda rng: {"h": _rand(rng, (N, 64)), "a": _rand(rng, (N, 1))},
+                            lambda rng: {"w": _rand(rng, (E, 64))})
+    phi = lambda src, dst, edge: {"m": jnp.tanh(src["h"] * dst["h"]) + edge["w"] * src["a"]}
+    _check_layer_grads(phi, lambda mb, node: {"agg": getattr(jgnn, reduce)(mb["m"])}, graph)
 
 
-def test_gather_compute_gradient_gpu():
-    rng, (fwd, rev) = _graph(3)
-    args = (_rand(rng, (N, 41)), _rand(rng, (N, 1)), _rand(rng, (E, 41)))
-    _check_grads(lambda x, a, w: pk.gather_compute(_edge_fn3, (x, a), (x,), (w,), fwd, rev),
-                 lambda x, a, w: pk.gather_compute_reference(_edge_fn3, (x, a), (x,), (w,), fwd, rev), args)
-
-
-@pytest.mark.parametrize("value_index,rate", [("src", 0.0), ("src", 0.2), ("edge", 0.0)])
-def test_attention_gradient_gpu(value_index, rate):
-    rng, (fwd, rev) = _graph(4)
-    heads, dk, dim = 4, 16, 32
-    args = (_rand(rng, (N, heads, dk), 0.3), _rand(rng, (N, heads, dk), 0.3), _rand(rng, (E, heads)),
-            _rand(rng, (N if value_index == "src" else E, heads, dim)))
-    kw = dict(value_index=value_index, dropout_rate=rate, dropout_seed=11 if rate else None)
-    score = lambda S, D, E_: jnp.sum(S[0] * D[0], axis=-1) + E_[0]
-    _check_grads(lambda *a: pk.attention_aggregate(score, (a[0],), (a[1],), (a[2],), a[3], fwd, rev, **kw),
-                 lambda *a: pk.attention_aggregate_reference(score, (a[0],), (a[1],), (a[2],), a[3], fwd, rev, **kw),
-                 args)
+@pytest.mark.parametrize("value_at", ["src", "edge"])
+def test_attention_gradient_gpu(value_at):
+    heads, dk, dim = 4, 16, 16
+    _, graph = _jraph_graph(4, lambda rng: {"k": _rand(rng, (N, heads, dk), 0.3), "v": _rand(rng, (N, heads, dim))},
+                            lambda rng: {"b": _rand(rng, (E, heads)), "v": _rand(rng, (E, heads, dim))})
+    phi = lambda src, dst, edge: {"s": jnp.sum(src["k"] * dst["k"], -1) + edge["b"],
+                                  "v": src["v"] if value_at == "src" else edge["v"]}
+    rho = lambda mb, node: {"out": jgnn.sum(jgnn.softmax(mb["s"])[..., None] * mb["v"])}
+    _check_layer_grads(phi, rho, graph)
 
 
 def test_typed_matmul_gpu():

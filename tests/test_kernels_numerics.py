@@ -23,11 +23,9 @@ import pallas_kernels as pk
 from pallas_kernels import _config, schedule
 from pallas_kernels import dropout as dr
 from pallas_kernels.describe import describe_schedule
-from pallas_kernels.testing import GTOL, TOL, make_graph
+from pallas_kernels.testing import TOL, make_graph
 from pallas_kernels.testing import assert_close as _close
 from pallas_kernels.testing import assert_finite as _finite
-from pallas_kernels.testing import f32 as _f32
-from pallas_kernels.testing import grads as _grads
 from pallas_kernels.testing import rand as _rand
 
 # -------------------------------------------------------------------------------------------- CSR + schedule
@@ -330,99 +328,3 @@ def test_gather_compute_forward_matches_reference(width, dtype, builder, slots):
     _finite(out)
     _close(out, pk.gather_compute_forward_reference(_edge_fn, *ops, fwd, num_edges=len(valid)), TOL[dtype])
     assert np.all(np.asarray(out.astype(jnp.float32))[~valid] == 0.0), "padding edges must give 0"
-
-
-# ----------------------------------------------------------------------- differentiable wrappers (3-arg)
-
-
-def _edge_fn3(S, D, E):
-    return jnp.tanh(S[0] * D[0]) + E[0] * S[1]
-
-
-def _tied(S, D, E):
-    # no edge operand: duplicate edges give equal values, so max/min have ties to split
-    return jnp.tanh(S[0] * D[0]) + S[1]
-
-
-def _linear_in_edge(S, D, E):
-    # the pullback never reads E[0]: sum/mean keep no copy of it for the backward
-    return jnp.tanh(S[0] * D[0]) + E[0] * 0.5
-
-
-def _reduce_case(seed, width, dtype, reduce, edge_fn=_edge_fn3, **graph_kw):
-    rng = np.random.default_rng(seed)
-    _, _, valid, fwd, rev = make_graph(rng, **graph_kw)
-    n, e = fwd.num_rows, len(valid)
-    x, a, w = _rand(rng, (n, width), dtype), _rand(rng, (n, 1), dtype), _rand(rng, (e, width), dtype)
-
-    def kern(x, a, w):
-        return pk.gather_reduce(edge_fn, (x, a), (x,), (w,), fwd, rev, reduce=reduce, interpret=True)
-
-    def ref(x, a, w):
-        return pk.gather_reduce_reference(edge_fn, (x, a), (x,), (w,), fwd, rev, reduce=reduce)
-
-    out = kern(x, a, w)
-    _finite(out)
-    _close(out, ref(x, a, w), TOL[dtype])
-    cot = jax.random.normal(jax.random.key(seed), out.shape)
-    gk, gr = _grads(kern, (x, a, w), cot), _grads(ref, _f32((x, a, w)), cot)
-    _finite(gk)
-    for p, q in zip(gk, gr, strict=True):
-        _close(p, q, GTOL[dtype])
-    return kern, (x, a, w), fwd
-
-
-@pytest.mark.parametrize("reduce,width,dtype,slots", [
-    ("sum", 7, jnp.float32, 4), ("mean", 41, jnp.bfloat16, None), ("max", 1, jnp.float32, 8),
-    ("min", 7, jnp.float16, None), ("sum", 602, jnp.float32, 8),
-])
-def test_gather_reduce_grad_matches_reference(reduce, width, dtype, slots):
-    _reduce_case(11, width, dtype, reduce, segment_slots=slots)
-
-
-@pytest.mark.parametrize("reduce", ["max", "min"])
-def test_gather_reduce_splits_tied_gradients_like_jax(reduce):
-    kern, (x, a, w), fwd = _reduce_case(12, 7, jnp.float32, reduce, edge_fn=_tied, dups=30, segment_slots=8)
-    # the graph really has ties: some row reaches its extremum at two slots
-    col = np.asarray(fwd.col[:int(fwd.indptr[-1])])
-    rows = np.repeat(np.arange(fwd.num_rows), np.diff(np.asarray(fwd.indptr)))
-    vals = np.asarray(_tied((x[col], a[col]), (x[rows],), ()))
-    ext = (np.maximum if reduce == "max" else np.minimum).reduceat(vals, np.asarray(fwd.indptr[:-1])[
-        np.diff(np.asarray(fwd.indptr)) > 0])
-    ext = ext[np.cumsum(np.diff(np.asarray(fwd.indptr)) > 0)[rows] - 1]
-    assert np.bincount(rows, weights=(vals == ext).all(axis=1), minlength=fwd.num_rows).max() >= 2
-
-
-@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
-def test_gather_reduce_keeps_an_edge_operand_only_if_its_backward_reads_it(reduce):
-    from jax._src.ad_checkpoint import saved_residuals
-
-    kern, (x, a, w), _ = _reduce_case(13, 7, jnp.float32, reduce, edge_fn=_linear_in_edge)
-    kept = [r for r, _ in saved_residuals(lambda w: jnp.sum(kern(x, a, w)), w) if r.shape == w.shape]
-    # max/min recompute the values in the backward to find the tied edges, so they keep it
-    assert (not kept) if reduce in ("sum", "mean") else kept
-
-
-# Width 602 splits the pullback walks over 8 feature blocks: the broadcast operands' cotangents (``a``, and ``w``
-# of width 1) are then summed from one partial column per block.
-@pytest.mark.parametrize("width,edge_width,dtype,builder", [
-    (7, 7, jnp.float32, "jax"), (41, 41, jnp.bfloat16, "numpy"), (602, 1, jnp.float32, "jax")])
-def test_gather_compute_grad_matches_reference(width, edge_width, dtype, builder):
-    rng = np.random.default_rng(14)
-    _, _, valid, fwd, rev = make_graph(rng, builder=builder, segment_slots=8)
-    n, e = fwd.num_rows, len(valid)
-    x, a, w = _rand(rng, (n, width), dtype), _rand(rng, (n, 1), dtype), _rand(rng, (e, edge_width), dtype)
-
-    def kern(x, a, w):
-        return pk.gather_compute(_edge_fn3, (x, a), (x,), (w,), fwd, rev, interpret=True)
-
-    def ref(x, a, w):
-        return pk.gather_compute_reference(_edge_fn3, (x, a), (x,), (w,), fwd, rev)
-
-    out = kern(x, a, w)
-    _close(out, ref(x, a, w), TOL[dtype])
-    cot = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
-    gk, gr = _grads(kern, (x, a, w), cot), _grads(ref, _f32((x, a, w)), cot)
-    _finite(gk)
-    for p, q in zip(gk, gr, strict=True):
-        _close(p, q, GTOL[dtype])

@@ -1,4 +1,4 @@
-"""Interpret-mode numerics of attention_forward / attention_aggregate and typed_matmul against the references.
+"""Interpret-mode numerics of attention_forward and typed_matmul against the references.
 
 Split from test_kernels_numerics.py so pytest-xdist (--dist loadfile) runs both halves in parallel.
 Graphs: isolated nodes (empty rows), a hub, duplicate edges, padding edges; small ``segment_slots`` force split
@@ -139,66 +139,6 @@ def test_attention_forward_rejects_a_bad_edge_fn():
     with pytest.raises(ValueError, match="dropout_seed"):
         pk.attention_forward(lambda C, R, E, S: (C[0][..., 0], C[0]), (k,), (), (), (), fwd, heads=3,
                              dropout_rate=0.5)
-
-
-# ------------------------------------------------------------------------------ attention_aggregate (VJP)
-
-
-def _score_fn(S, D, E):
-    return jnp.sum(S[0] * D[0], axis=-1) + jax.nn.leaky_relu(E[0], 0.2)
-
-
-# The traced builder keeps the invalid edges as slots of no row: the reference must give them (and the values they
-# read) a zero gradient, not 0/0 (found on an H100 by tests/test_kernels_gpu.py).
-@pytest.mark.parametrize("value_index,rate,dtype,heads,dim,slots,builder", [
-    ("src", 0.0, jnp.float32, 3, 7, None, "numpy"),
-    ("src", 0.0, jnp.float32, 2, 7, None, "jax"),
-    pytest.param("src", 0.3, jnp.float32, 2, 41, 4, "numpy", marks=pytest.mark.slow),  # about 15 s each
-    pytest.param("edge", 0.0, jnp.bfloat16, 4, 8, 8, "numpy", marks=pytest.mark.slow),
-    ("edge", 0.3, jnp.float32, 1, 1, None, "jax"),
-])
-def test_attention_aggregate_grad_matches_reference(value_index, rate, dtype, heads, dim, slots, builder):
-    rng = np.random.default_rng(heads * 10 + dim)
-    _, _, valid, fwd, rev = make_graph(rng, num_edges=40, hub=150, segment_slots=slots, builder=builder)
-    n, e, dk = fwd.num_rows, len(valid), 5
-    k, q = _rand(rng, (n, heads, dk), dtype), _rand(rng, (n, heads, dk), dtype)
-    el = _rand(rng, (e, heads), dtype)
-    vals = _rand(rng, (n if value_index == "src" else e, heads, dim), dtype)
-    kw = dict(value_index=value_index, dropout_rate=rate, dropout_seed=int(rng.integers(1 << 30)) if rate else None)
-
-    def kern(k, q, el, vals):
-        return pk.attention_aggregate(_score_fn, (k,), (q,), (el,), vals, fwd, rev, interpret=True, **kw)
-
-    def ref(k, q, el, vals):
-        return pk.attention_aggregate_reference(_score_fn, (k,), (q,), (el,), vals, fwd, rev, **kw)
-
-    out = kern(k, q, el, vals)
-    _finite(out)
-    _close(out, ref(k, q, el, vals), TOL[dtype])
-    cot = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
-    gk, gr = _grads(kern, (k, q, el, vals), cot), _grads(ref, _f32((k, q, el, vals)), cot)
-    _finite(gk, gr)
-    for p, r in zip(gk, gr, strict=True):
-        _close(p, r, GTOL[dtype])
-
-
-@pytest.mark.parametrize("slots", [None, 4])
-def test_attention_gradient_of_masked_and_late_finite_rows(slots):
-    """Rows masked with -1e9 and rows whose first chunk is all -inf: the gradient equals the reference's
-    (a saved log-sum-exp made the first k× wrong in float32, issue 12 bug (c))."""
-    fwd, rev, send, recv, scores, values = _special_graph(pk.build_csr_numpy, slots)
-    ok = ~np.isin(recv, [1, 3, 4])  # rows whose output is finite
-    fwd, rev = (jax.tree.map(jnp.asarray, c) for c in pk.build_csr_numpy(send, recv, 8, ok, segment_slots=slots))
-    el, vals = jnp.asarray(scores[:, None]) * 1.0, jnp.asarray(values)
-    fn = lambda S, D, E: E[0]
-    kern = lambda el, vals: pk.attention_aggregate(fn, (), (), (el,), vals, fwd, rev, interpret=True)
-    ref = lambda el, vals: pk.attention_aggregate_reference(fn, (), (), (el,), vals, fwd, rev)
-    cot = jnp.asarray(np.random.default_rng(7).normal(size=(8, 1, 3)), jnp.float32)
-    gk, gr = _grads(kern, (el, vals), cot), _grads(ref, (el, vals), cot)
-    for p, q in zip(gk, gr, strict=True):
-        np.testing.assert_allclose(np.asarray(jnp.where(jnp.isfinite(q), p, 0)),
-                                   np.asarray(jnp.where(jnp.isfinite(q), q, 0)), rtol=1e-5, atol=1e-6)
-    assert float(jnp.max(jnp.abs(gk[1]))) > 0.0
 
 
 # --------------------------------------------------------------------------------------- typed_matmul

@@ -2,8 +2,8 @@
 
 ``jax.export`` with ``platforms=["cuda"]`` (``compat.export_cuda_mlir``) runs the Triton lowering (power-of-two
 block shapes, supported primitives, reshapes of the lane merge) but not PTX compilation. The CSRs have split
-rows, so each reducing walk is a main kernel plus a combine kernel; the wrappers are lowered under
-``jax.value_and_grad`` so their backward walks are in the module too.
+rows, so each reducing walk is a main kernel plus a combine kernel. Derivatives are jgnn's edge ops on these same
+kernels (``tests/test_kernels_lowering.py``).
 """
 from __future__ import annotations
 
@@ -82,42 +82,3 @@ def test_attention_forward_lowers(rate, heads, dim, dtype, builder):
     fn = lambda k, v, el, sh: pk.attention_forward(_attn_fn, (k, v), (k,), (el,), (sh,), fwd, heads=heads,
                                                    dropout_rate=rate, dropout_seed=jnp.int32(3) if rate else None)
     assert _count(fn, k, v, el, sh) == REDUCING
-
-
-def _grad_count(f, *args) -> int:
-    return _count(jax.value_and_grad(lambda *a: jnp.sum(f(*a).astype(jnp.float32) ** 2),
-                                     argnums=tuple(range(len(args)))), *args)
-
-
-def _edge_fn3(S, D, E_):
-    return jnp.tanh(S[0] * D[0]) + E_[0] * S[1]
-
-
-# forward, then the backward's walks: rows+edges on the forward CSR and cols on the reverse CSR (each reducing);
-# max/min first evaluate the messages once (1) and take their extremum and tie count (2 reducing walks).
-@pytest.mark.parametrize("reduce,walks", [("sum", 3 * REDUCING), ("mean", 3 * REDUCING),
-                                          ("max", 5 * REDUCING + 1), ("min", 5 * REDUCING + 1)])
-def test_gather_reduce_wrapper_gradient_lowers(reduce, walks):
-    fwd, rev = _graph(pk.build_csr_jax)
-    x, a, w = jnp.ones((N, 7)), jnp.ones((N, 1)), jnp.ones((E, 7))
-    fn = lambda x, a, w: pk.gather_reduce(_edge_fn3, (x, a), (x,), (w,), fwd, rev, reduce=reduce)
-    assert _grad_count(fn, x, a, w) == walks
-
-
-def test_gather_compute_wrapper_gradient_lowers():
-    fwd, rev = _graph(pk.build_csr_numpy)
-    x, a, w = jnp.ones((N, 41), jnp.bfloat16), jnp.ones((N, 1), jnp.bfloat16), jnp.ones((E, 41), jnp.bfloat16)
-    fn = lambda x, a, w: pk.gather_compute(_edge_fn3, (x, a), (x,), (w,), fwd, rev)
-    assert _grad_count(fn, x, a, w) == 1 + 2 * REDUCING
-
-
-@pytest.mark.parametrize("value_index,rate", [("src", 0.0), ("edge", 0.2)])
-def test_attention_wrapper_gradient_lowers(value_index, rate):
-    fwd, rev = _graph(pk.build_csr_jax)
-    heads = 8
-    k, el = jnp.ones((N, heads, 5)), jnp.ones((E, heads))
-    vals = jnp.ones((N if value_index == "src" else E, heads, 64))
-    score = lambda S, D, E_: jnp.sum(S[0] * D[0], axis=-1) + E_[0]
-    fn = lambda k, el, vals: pk.attention_aggregate(score, (k,), (k,), (el,), vals, fwd, rev, value_index=value_index,
-                                                    dropout_rate=rate, dropout_seed=jnp.int32(3) if rate else None)
-    assert _grad_count(fn, k, el, vals) == 3 * REDUCING

@@ -1,8 +1,11 @@
-"""Every kernel configuration the check compiles: each kernel's ``value_and_grad``, so its backward kernels too.
+"""Every kernel configuration the check compiles, each as jgnn runs it.
 
-Built from the public functions of `pallas_kernels` only. Each configuration is a `Case` whose ``build()``
-returns the `Step` to compile; building makes the CSR constants eagerly, so it must run outside the abstract
-mesh that lowering uses.
+A reduction or attention case is ``value_and_grad`` of a `jgnn.message_passing` layer on ``backend="pallas"``:
+its forward kernel and the kernels of its derivative, which jgnn's edge-op transposes run on the same forward
+kernels (`pallas_kernels` has no backward of its own). ``gather_compute`` is its forward kernel alone (the
+reductions' backward runs it too), and ``typed_matmul`` the kernel's ``value_and_grad``. Each configuration is a
+`Case` whose ``build()`` returns the `Step` to compile; building makes the graph constants eagerly, so it must run
+outside the abstract mesh that lowering uses.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
+import jraph
 import numpy as np
 
+import jgnn
 import pallas_kernels as pk
 from benchmarks.gpu.deviceless import Step
+from jgnn.nn._utils import AttentionDropout
 
 WIDTHS = (1, 7, 41, 64, 602)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -39,58 +45,74 @@ class Case:
 
 
 @functools.cache
-def _csr() -> tuple[pk.CSR, pk.CSR]:
+def _ids() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     senders, receivers = rng.integers(0, N, E), rng.integers(0, N - 2, E)  # two nodes without in-edges
-    return pk.build_csr_jax(senders, receivers, N, np.arange(E) < E - PADDING)
+    receivers[E - PADDING:] = N - 1  # jraph-style padding edges into the last node
+    return senders.astype(np.int32), receivers.astype(np.int32)
+
+
+def _graph(nodes: dict, edges: dict) -> jraph.GraphsTuple:
+    senders, receivers = _ids()
+    return jraph.GraphsTuple(nodes=nodes, edges=edges, senders=jnp.asarray(senders), receivers=jnp.asarray(receivers),
+                             n_node=jnp.array([N]), n_edge=jnp.array([E]), globals=None)
 
 
 def _spec(shape, dtype) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))
 
 
-def _edge_fn(S, D, E_):
-    return jnp.tanh(S[0] * D[0]) + E_[0] * S[1]
-
-
-def _score_fn(S, D, E_):
-    return jnp.sum(S[0] * D[0], axis=-1) + jax.nn.leaky_relu(E_[0], 0.2)
-
-
 def _grad_step(loss: Callable, *args) -> Step:
-    """``value_and_grad`` of ``loss`` in every argument: the forward kernel and each backward walk."""
+    """``value_and_grad`` of ``loss`` in every argument: the forward kernels and the derivative's."""
     return Step(jax.value_and_grad(loss, argnums=tuple(range(len(args)))), args)
 
 
 def _gather_reduce(reduce: str, width: int, dtype: str) -> Step:
-    fwd, rev = _csr()
+    def phi(src, dst, edge):
+        return {"m": jnp.tanh(src["h"] * dst["h"]) + edge["w"] * src["a"]}
 
-    def loss(x, a, w):
-        return jnp.sum(pk.gather_reduce(_edge_fn, (x, a), (x,), (w,), fwd, rev, reduce=reduce).astype(jnp.float32))
+    layer = jgnn.message_passing(phi, lambda mb, node: {"agg": getattr(jgnn, reduce)(mb["m"])}, None,
+                                 backend="pallas")
+
+    def loss(h, a, w):
+        out = layer(_graph({"h": h, "a": a}, {"w": w})).nodes["agg"]
+        return jnp.sum(out.astype(jnp.float32))
 
     return _grad_step(loss, _spec((N, width), dtype), _spec((N, 1), dtype), _spec((E, width), dtype))
 
 
 def _gather_compute(width: int, dtype: str) -> Step:
-    fwd, rev = _csr()
+    fwd, _ = pk.build_csr_numpy(*_ids(), N)
 
-    def loss(x, a, w):
-        return jnp.sum(pk.gather_compute(_edge_fn, (x, a), (x,), (w,), fwd, rev).astype(jnp.float32) ** 2)
+    def compute(x, a, w):
+        return pk.gather_compute_forward(lambda c, r, e, s: jnp.tanh(c[0] * r[0]) + e[0] * c[1], (x, a), (x,), (w,),
+                                         (), fwd, num_edges=E)
 
-    return _grad_step(loss, _spec((N, width), dtype), _spec((N, 1), dtype), _spec((E, width), dtype))
+    return Step(compute, (_spec((N, width), dtype), _spec((N, 1), dtype), _spec((E, width), dtype)))
 
 
 def _attention(heads: int, width: int, dtype: str, dropout: float) -> Step:
-    fwd, rev = _csr()
-    seed = jnp.int32(3) if dropout else None
+    drop = AttentionDropout(jnp.int32(3), dropout) if dropout else None
 
-    def loss(k, q, logits, values):
-        out = pk.attention_aggregate(_score_fn, (k,), (q,), (logits,), values, fwd, rev, value_index="src",
-                                     dropout_rate=dropout, dropout_seed=seed)
-        return jnp.sum(out.astype(jnp.float32) ** 2)
+    def phi(src, dst, edge):
+        message = {"logit": jnp.sum(src["k"] * dst["k"], -1) + jax.nn.leaky_relu(edge["b"], 0.2), "value": src["v"]}
+        if drop is not None:
+            message["mask"] = drop.scale(edge, heads).astype(src["v"].dtype)
+        return message
+
+    def rho(mb, node):
+        alpha = jgnn.softmax(mb["logit"])
+        alpha = alpha * mb["mask"] if "mask" in mb else alpha
+        return {"out": jgnn.sum(alpha[..., None] * mb["value"])}
+
+    layer = jgnn.message_passing(phi, rho, None, backend="pallas")
+
+    def loss(k, b, v):
+        edges = {"b": b} if drop is None else {"b": b, **drop.edge_features(E)}
+        return jnp.sum(layer(_graph({"k": k, "v": v}, edges)).nodes["out"].astype(jnp.float32) ** 2)
 
     node = _spec((N, heads, width), dtype)
-    return _grad_step(loss, node, node, _spec((E, heads), dtype), node)
+    return _grad_step(loss, node, _spec((E, heads), dtype), node)
 
 
 def _typed_matmul(width: int, dtype: str, gather: bool) -> Step:

@@ -491,8 +491,16 @@ def softmax_weight(s, m, l):
     gradient 16% off). The snapped exponent is ``z − stop_gradient(z)``, not a constant 0: zero in value, it keeps
     the derivative in ``s`` that second-order derivatives read. NaN passes.
     """
+    return shifted_exp(s, m) / l
+
+
+def shifted_exp(s, m):
+    """``exp(s − m)``, with a score that `snaps_to_max` taken as attaining it (`softmax_weight`). The forward pass
+    uses it too: XLA recomputes a score inside ``s − m`` with its last product fused (a multiply-add), and at
+    scores near 1e19 the ulp that costs turned every edge of a row, the max's included, into ``exp(−1e12) = 0``:
+    ``0 / 0``, and the row's output 0 where the reference's is −3.3e19 (campaign 20261205)."""
     z = s - m
-    return jnp.exp(jnp.where(snaps_to_max(s, m), z - jax.lax.stop_gradient(z), z)) / l
+    return jnp.exp(jnp.where(snaps_to_max(s, m), z - jax.lax.stop_gradient(z), z))
 
 
 # `attains_max` counts ulps of the dtype: a kernel's recomputed bfloat16 score misses the max by an ulp, and a tie

@@ -218,7 +218,7 @@ def softmax_reference(s, v, rows, n: int, *, gather_rows):
     whatever XLA fuses into ``s − m`` scales numerator and denominator alike."""
     m = jax.ops.segment_max(s, rows, n)
     m_rows = jnp.take(m, gather_rows, axis=0, mode="clip")
-    e = jnp.exp(s - m_rows)
+    e = ef.shifted_exp(s, m_rows)
     stat = accumulation_dtype(s.dtype)
     out_dtype = jnp.result_type(s.dtype, v.dtype)
     acc = accumulation_dtype(out_dtype)

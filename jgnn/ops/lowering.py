@@ -293,7 +293,7 @@ def _online_softmax(walk: _Walk, msgs, n: int) -> list:
         shift = jnp.where(m_new == -jnp.inf, jnp.zeros((), stat), m_new)
         corr = jnp.where(m == m_new, jnp.ones((), stat), jnp.exp(m - shift))
         shift_rows = jnp.take(shift, gather_rows, axis=0, mode="clip")
-        p = jnp.exp(s - shift_rows)
+        p = edge_fn.shifted_exp(s, shift_rows)
         l = l * corr + jax.ops.segment_sum(p, rows, n)
         # an earlier max that snaps to the new one counts 1 there too, as the rules recompute its weight
         saved = (saved * jnp.where(edge_fn.snaps_to_max(m, shift), jnp.ones((), stat), corr)

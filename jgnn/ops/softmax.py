@@ -22,6 +22,7 @@ from jax.interpreters import ad, batching, mlir
 
 from jgnn import compat, facts
 from jgnn.facts import Info
+from jgnn.ops.edge_fn import shifted_exp
 from jgnn.ops.gather import gather, normalize
 from jgnn.ops.segment import segment
 from jgnn.ops.tangent_shift import tangent_shift
@@ -43,7 +44,7 @@ def reference(s, ids, *, num_segments, wrap, **_):
     n = num_segments
     rows = normalize(ids, n, wrap=wrap)
     m = jax.ops.segment_max(s, ids, n)
-    e = jnp.exp(s - jnp.take(m, rows, axis=0, mode="clip"))
+    e = shifted_exp(s, jnp.take(m, rows, axis=0, mode="clip"))
     total = jax.ops.segment_sum(e.astype(_acc(e.dtype)), ids, n).astype(e.dtype)
     return e / jnp.take(total, rows, axis=0, mode="clip")
 

@@ -1,7 +1,10 @@
 """``linear_split``: split a linear op over operands that live in different places.
 
 * ``concat([a, b]) @ W`` → ``a @ W[:da] + b @ W[da:]`` (the naive GAT attention ``concat(z_i, z_j) @ a``);
-* ``(a ± b) @ W`` → ``a @ W ± b @ W`` (UGCG's propagation-postponed reorganisation).
+* ``(a ± b) @ W`` → ``a @ W ± b @ W`` (UGCG's propagation-postponed reorganisation), except the difference of one
+  array read at two ends, ``(x[dst] − x[src]) @ W`` (EdgeConv's ``x_j − x_i``): neighbours' features are close
+  (a kNN graph's points), the difference is exact where they are, and split it would cancel two large products,
+  keeping their rounding (fuzz campaign 20261205: near-tied features, outputs 30% off; `CANCELLING_DIFFERENCE`).
 
 Legal when ``W`` is shared and the split dimension is contracted. Done only when the pieces come through
 different indices (or live at different residencies): then broadcast reordering can lift each piece to its own
@@ -35,6 +38,22 @@ def _where(ctx: Context, atom: ir.Atom, made_by: dict[int, ir.Op]) -> tuple:
         return _where(ctx, op.inputs[0], made_by)
     info = ctx.info(atom)
     return (info.residency.value, info.index, info.graph)
+
+
+def _gathered(atom: ir.Atom, made_by: dict[int, ir.Op]) -> ir.Op | None:
+    op = made_by.get(atom.id) if isinstance(atom, ir.Value) else None
+    if op is not None and op.prim in _THROUGH[:3]:  # not through a matmul: that is another array
+        return _gathered(op.inputs[0], made_by)
+    return op if op is not None and op.prim is gather_p else None
+
+
+def _one_array_at_two_ends(sub: ir.Op, made_by: dict[int, ir.Op]) -> tuple[str, str] | None:
+    """The two indices of ``x[i] − x[j]``, one array gathered through both, else None."""
+    a, b = (_gathered(x, made_by) for x in sub.inputs)
+    arrays = [getattr(g.inputs[0], "id", None) for g in (a, b) if g is not None]
+    if len(arrays) != 2 or arrays[0] is None or arrays[0] != arrays[1]:
+        return None
+    return a.params["index"].value, b.params["index"].value
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
@@ -89,6 +108,9 @@ def _split(op: ir.Op, ctx: Context, made_by, b: Builder) -> list[ir.Op] | None:
     wheres = {_where(ctx, a, made_by) for a in lhs_op.inputs}
     if len(wheres) < 2:
         ctx.skipped(Pass.LINEAR_SPLIT, Reason.SAME_PROVENANCE, op=lhs_op.name)
+        return None
+    if lhs_op.prim is lax.sub_p and (same := _one_array_at_two_ends(lhs_op, made_by)):
+        ctx.skipped(Pass.LINEAR_SPLIT, Reason.CANCELLING_DIFFERENCE, a=same[0], b=same[1])
         return None
     if lhs_op.prim is lax.concatenate_p:
         split = _split_concat(op, lhs_op, ctx)

@@ -299,7 +299,8 @@ NONFINITE = {"exact": (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isn
 
 
 def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
-                 floor: float = 0.0, rounded_leaf=None, spread_leaf=None) -> tuple[str, str] | None:
+                 floor: float = 0.0, rounded_leaf=None, spread_leaf=None,
+                 range_edge=None) -> tuple[str, str] | None:
     """None if ``got`` matches ``ref`` (see `tolerances`); else (kind, detail).
 
     ``oracle_leaf()`` gives the float64 oracle of this leaf; it is asked for only when ``got`` is not within
@@ -307,6 +308,8 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
     gives the rounded oracle (`tests.fuzz.rounded`), asked for only where the reference overflowed to NaN and
     ``got`` has ±inf. ``spread_leaf()`` gives how far the reference's own value moves when the parameters move by
     a few ulps (`Oracle.spread`), asked for only where ``got`` fails otherwise: it counts as the reference's error.
+    ``range_edge()`` says whether the program is at the range edge (`tolerances.at_range_edge`), asked for only
+    where one side is finite and the other not.
     ``nonfinite``: a key of `NONFINITE`. ``floor``: the least scale of a row (`compare_trees`).
     """
     ref, got = np.asarray(ref), np.asarray(got)
@@ -319,8 +322,8 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
         return "value", f"integer mismatch at {bad}: {got[bad]} vs reference {ref[bad]}"
     r, b = _as_real(ref), _as_real(got)
     one_finite = np.isfinite(r) != np.isfinite(b)
-    if one_finite.any():  # at the range edge, overflow is the association's choice (`tolerances.at_range_edge`)
-        edge = one_finite & tolerances.at_range_edge(_as_real(oracle_leaf()), dtype)
+    if one_finite.any() and range_edge is not None and range_edge():  # overflow is the association's choice
+        edge = one_finite & np.isfinite(_as_real(oracle_leaf()))
         r, b = np.where(edge, 0, r), np.where(edge, 0, b)
     # Where the reference overflowed and float64 did not, the oracle stands in for it: as is where the backend is
     # finite. Where the reference's inf − inf made NaN and the backend has an inf (a float16 sum that the
@@ -368,7 +371,7 @@ def compare_leaf(ref, got, dtype: str, oracle_leaf, nonfinite: str = "exact",
 
 def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
                   part_fraction: float = 0.0, least_scale: float = 0.0,
-                  rounded_tree=None, spread_tree=None) -> tuple[str, str, str] | None:
+                  rounded_tree=None, spread_tree=None, range_edge=None) -> tuple[str, str, str] | None:
     """The first mismatching leaf: (kind, leaf path, detail), or None. ``oracle_tree()`` and ``rounded_tree()``
     (the rounded oracle, `compare_leaf`) are lazy.
 
@@ -383,7 +386,7 @@ def compare_trees(ref, got, dtype: str, oracle_tree, nonfinite: str = "exact",
         rounded = None if rounded_tree is None else lambda i=i: _leaf(rounded_tree(), treedef, i)
         spread = None if spread_tree is None else lambda i=i: _leaf(spread_tree(), treedef, i)
         res = compare_leaf(r, g, dtype, lambda i=i: treedef.flatten_up_to(oracle_tree())[i], nonfinite, floor,
-                           rounded, spread)
+                           rounded, spread, range_edge)
         if res:
             return res[0], jax.tree_util.keystr(path), res[1]
     return None
@@ -406,6 +409,7 @@ class Oracle:
         self.rounded_parts: dict = {}
         self.eager_parts: dict | None = None
         self.spread_parts: dict = {}
+        self.range_edges: dict = {}
         self.ops_seed, self.magnitude = seed, magnitude
 
     def part(self, name: str):
@@ -475,6 +479,21 @@ class Oracle:
         """The `_compiled` mode that gives part ``name``: the gradient by forward mode where ids leave [0, n)
         (`FORWARD_MODE_GRAD_FLAGS`), with the same result structure as vjp's."""
         return "vjp_by_jvp" if name == "grad" and self.grad_by_jvp else self.MODE_OF_PART[name]
+
+    def range_edge(self, name: str) -> bool:
+        """Whether the program giving part ``name`` is at the range edge (`tolerances.at_range_edge`): its
+        operations computed one by one in float64 on the case's inputs (`rounded.largest`); False where that
+        fails."""
+        if name not in self.range_edges:
+            mode = self._mode(name)
+            fn = functools.partial(_compiled(self.program, "reference", mode), self.ops.treedef, self.ops.mask)
+            try:
+                with x64(self.case_dtype):
+                    largest = rounded.largest(fn, *_mode_args(self.ops, mode))
+            except Exception:  # noqa: BLE001 - unknown: compared exactly
+                largest = 0.0
+            self.range_edges[name] = tolerances.at_range_edge(largest, self.case_dtype)
+        return self.range_edges[name]
 
     def rounded(self, name: str):
         if name not in self.rounded_parts:
@@ -660,7 +679,8 @@ def _check_backend(case: Case, backend: str, ops: Operands, ref: dict, oracle: O
                                         oracle_tree=lambda part=part: oracle.part(part), nonfinite=nonfinite,
                                         part_fraction=fraction, least_scale=least,
                                         rounded_tree=lambda part=part: oracle.rounded(part),
-                                        spread_tree=lambda part=part: oracle.spread(part))
+                                        spread_tree=lambda part=part: oracle.spread(part),
+                                        range_edge=lambda part=part: oracle.range_edge(part))
             res = compare(ref[part])
             if res is not None and (eager := oracle.eager(part)) is not None and compare(eager) is None:
                 res = None  # as the program computes it op by op (`Oracle.eager`)

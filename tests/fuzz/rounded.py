@@ -70,8 +70,9 @@ def _bind_wide(eqn, args):
     return out if eqn.primitive.multiple_results else [out]
 
 
-def eval_jaxpr(jaxpr: jcore.Jaxpr, consts, *args) -> list:
-    """``jaxpr``'s outputs, each primitive computed wide and rounded to its output's dtype (module docstring)."""
+def eval_jaxpr(jaxpr: jcore.Jaxpr, consts, *args, observe=None) -> list:
+    """``jaxpr``'s outputs, each primitive computed wide and rounded to its output's dtype (module docstring).
+    ``observe``, if given, sees each primitive's result before it is rounded."""
     env = {}
 
     def read(v):
@@ -84,9 +85,11 @@ def eval_jaxpr(jaxpr: jcore.Jaxpr, consts, *args) -> list:
     for eqn in jaxpr.eqns:
         args_in = [read(v) for v in eqn.invars]
         sub = _sub_program(eqn)
-        outs = eval_jaxpr(sub[0], sub[1], *args_in) if sub is not None else _bind_wide(eqn, args_in)
+        outs = eval_jaxpr(sub[0], sub[1], *args_in, observe=observe) if sub is not None else _bind_wide(eqn, args_in)
         for v, o in zip(eqn.outvars, outs, strict=True):
             o = jnp.asarray(o)
+            if observe is not None and sub is None:
+                observe(o)
             env[v] = o.astype(v.aval.dtype) if o.dtype in WIDE.values() and o.dtype != v.aval.dtype else o
     return [read(v) for v in jaxpr.outvars]
 
@@ -97,3 +100,20 @@ def evaluate(fn, *args):
     with jax.enable_x64(True), jax.disable_jit():
         outs = eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), outs)
+
+
+def largest(fn, *args) -> float:
+    """The largest finite magnitude that any operation of ``fn(*args)`` computes, each computed wide before it is
+    rounded (so a float32 value past float32's range counts as its float64 size, not as inf)."""
+    most = [0.0]
+
+    def observe(o):
+        if jnp.issubdtype(o.dtype, jnp.inexact):
+            a = np.abs(np.asarray(o))
+            a = a[np.isfinite(a)]
+            most[0] = max(most[0], float(a.max(initial=0)))
+
+    closed = jax.make_jaxpr(fn)(*args)
+    with jax.enable_x64(True), jax.disable_jit():
+        eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args), observe=observe)
+    return most[0]

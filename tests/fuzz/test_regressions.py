@@ -8,10 +8,11 @@ specs, and must pass on every machine.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.fuzz import checker, tolerances
+from tests.fuzz import checker, rounded, tolerances
 from tests.fuzz import programs as pg
 from tests.fuzz.graphs import GraphSpec, Pattern, Signature, ValueSpec
 from tests.fuzz.strategies import Case
@@ -230,6 +231,85 @@ def _jraph_gat_edge_bias() -> pg.Program:
     return pg.Program("jraph_gat", _compiled_source(lines, '{"h": out.nodes}'), sig,
                       (("W0", (1, 2)), ("W1", (2, 1)), ("W2", (2, 1))), frozenset({"jraph_gat"}))
 
+
+def _index_gathered_softmax() -> pg.Program:
+    """Rows gathered by an index argument, a jraph softmax over destinations and a weighted sum (campaign
+    20261205): at scores near 1e19 XLA recomputed a score inside ``s − m`` with its product fused, every edge of a
+    row got ``exp(−1e12) = 0``, and the row's output was 0 where the reference's is −3.3e19. Fixed by
+    `edge_fn.shifted_exp` in the forward pass."""
+    lines = ['x = graph.nodes["h"]',
+             "r, n = graph.receivers, x.shape[0]",
+             'm = jnp.tanh(x[idx]) * graph.edges["x"][:, :1]',
+             'agg = jax.ops.segment_sum(m * jraph.segment_softmax(jnp.sum(m * P["W0"], -1), r, n)[:, None], r, n)']
+    sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("x", (4,)),), extras=(("idx", 36),))
+    return pg.Program("jraph_ops", _compiled_source(lines, '{"h": agg}', ("idx",)), sig, (("W0", (1,)),),
+                      frozenset({"softmax"}))
+
+
+def _difference_of_neighbours() -> pg.Program:
+    """``(x_dst − x_src) @ W`` summed, with and without dropout, on near-tied features (campaign 20261205):
+    `linear_split` made it ``x_dst @ W − x_src @ W``, two products of unit size whose difference is 1e-5, and
+    kept their rounding: outputs 30% off. A difference of one array at two ends is no longer split
+    (`Reason.CANCELLING_DIFFERENCE`)."""
+    source = """
+def model(backend, inputs, params):
+    P = params
+    key = jax.random.PRNGKey(3)
+    def phi(src, dst, edge):
+        p1 = src["h"] * src["h"]
+        p2 = jnp.concatenate([p1, p1])
+        p3 = dst["h"] - src["h"]
+        p4 = p3 @ P["W0"]
+        p5 = jnp.where((jax.random.uniform(key, (8,), jnp.float32) < 0.75), p4 / 0.75, 0.0)
+        return {"m0": p5, "m1": p4}
+    def rho(mb, node):
+        return {"a_m0": jgnn.sum(mb["m0"]), "a_m1": jgnn.sum(mb["m1"])}
+    layer = jgnn.message_passing(phi, rho, None, backend=backend)
+    return layer(inputs["graph"]).nodes
+"""
+    sig = Signature(node_feats=(("h", (3,)),), edge_feats=(("b", (2,)),), node_types=2, edge_types=3)
+    return pg.Program("message_passing", source, sig, (("W0", (3, 8)),), frozenset())
+
+
+def _overflow_under_an_mlp() -> pg.Program:
+    """A softmax-weighted sum of values near 1e38 over rows masked with −1e9 (every weight 1/k), under a tanh MLP
+    (campaign 20261205): the fused sum overflows before it divides, and the MLP's ``inf − inf`` makes an output
+    NaN whose float64 value is −2.08. A program at the range edge (`tolerances.at_range_edge`)."""
+    source = """
+def model(backend, inputs, params):
+    P = params
+    key = jax.random.PRNGKey(3)
+    def phi(src, dst, edge):
+        p1 = dst["h"] * dst["h"]
+        p2 = jnp.where((jax.random.uniform(key, (1,), jnp.float32) < 0.75), p1 / 0.75, 0.0)
+        p3 = p2 @ P["W0"]
+        p4 = p3.reshape(2, 4)
+        p5 = jnp.sum(p4 * P["W1"], -1)
+        p6 = dst["h"] @ P["W2"]
+        p7 = p6.reshape(2, 4)
+        p8 = jnp.sum(p7 * P["W3"], -1)
+        p9 = p5 + p8
+        p10 = jnp.where(edge["m"] > 0, p9, -1e9)
+        p11 = jax.nn.leaky_relu(p10, 0.2)
+        p12 = src["type"] * 16777217 + 3
+        return {"m0": p2, "m1": src["h"], "l": p11, "v": p4, "k": p12}
+    def rho(mb, node):
+        return {"a_m0": jgnn.sum(mb["m0"]) / jnp.maximum(jgnn.sum(jnp.ones_like(mb["m0"][:, :1])), 1.0),
+                "a_m1": jgnn.sum(mb["m1"] * node["h"][0]), "a_k": jgnn.min(mb["k"]),
+                "a_att": jgnn.sum(jgnn.softmax(mb["l"])[..., None] * mb["v"]) + jgnn.max(mb["v"])}
+    def psi(node, agg):
+        q1 = jnp.concatenate([agg["a_m0"].reshape(-1), agg["a_m1"].reshape(-1), agg["a_att"].reshape(-1)])
+        q2 = q1 @ P["W4"]
+        q3 = jnp.tanh(q2)
+        q4 = q3 @ P["W5"]
+        return {"h": q4, "a_k": agg["a_k"]}
+    layer = jgnn.message_passing(phi, rho, psi, backend=backend)
+    return layer(inputs["graph"]).nodes
+"""
+    sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("m", ()),), node_types=2)
+    return pg.Program("message_passing", source, sig, (("W0", (1, 8)), ("W1", (2, 4)), ("W2", (1, 8)),
+                                                       ("W3", (2, 4)), ("W4", (10, 8)), ("W5", (8, 4))), frozenset())
+
 CASES = {
     # CI at ce3ef70: float32 features near 1e19 saturate every softmax row. The tangent α·ds − α·T cancelled two
     # 1e19 terms (xla: 1e32 where the reference has −5e19), and the Pallas forward's row max, recomputed by
@@ -319,6 +399,17 @@ CASES = {
                                            GraphSpec("dense", frozenset({"sorted"}), 23498),
                                            ValueSpec(703, "huge", (Pattern("neginf_prefix", "graph.edges.b"),
                                                                    Pattern("neginf_prefix", "graph.edges.b")))),
+    "index_gathered_softmax_huge_forward": Case(_index_gathered_softmax(), "float32",
+                                                GraphSpec("batch", frozenset({"duplicates", "out_of_range", "sorted"}),
+                                                          6432), ValueSpec(2878, "huge", ())),
+    "difference_of_neighbours_split": Case(_difference_of_neighbours(), "float32",
+                                           GraphSpec("small", frozenset({"duplicates", "isolated", "out_of_range"}),
+                                                     6532),
+                                           ValueSpec(2133, "normal", (Pattern("near_ties", "graph.nodes.h"),
+                                                                      Pattern("neginf", "graph.edges.b")))),
+    "overflow_under_an_mlp": Case(_overflow_under_an_mlp(), "float32", GraphSpec("batch", frozenset(), 15744),
+                                  ValueSpec(4573, "huge", (Pattern("zeros", "graph.edges.m"),
+                                                           Pattern("zeros", "graph.edges.m")))),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
@@ -380,18 +471,26 @@ def test_a_gradient_that_cancels_to_zero_is_compared_at_the_values_unit_scale():
     assert checker.compare_trees(ref, noise, "float64", lambda: ref, "positions", 1.0, 0.0) is not None
 
 
-@pytest.mark.parametrize("ref, got, oracle, passes", [
-    (3.39e38, np.inf, 3.39e38, True),  # the fused sum overflows before it divides (campaign 20261128, class g)
-    (-np.inf, 5.0e19, -8.6e40, True),  # past the range: the reference's inf is its rounding noise (class c)
-    (2.0e38, np.nan, 2.0e38, True),  # a reassociated gradient's inf − inf (class ?)
-    (1.0e34, np.inf, 1.0e34, False),  # below the edge: an overflow is wrong
-    (1.0, np.inf, 1.0, False),
-    (np.nan, 1.0, np.nan, False),  # NaN from a NaN input stays exact
+@pytest.mark.parametrize("ref, got, oracle, edge, passes", [
+    (3.39e38, np.inf, 3.39e38, True, True),  # the fused sum overflows before it divides (campaign 20261128, g)
+    (-np.inf, 5.0e19, -8.6e40, True, True),  # past the range: the reference's inf is its rounding noise (c)
+    (-2.08, np.nan, -2.08, True, True),  # an overflow inside, through a tanh MLP to a small output (20261205)
+    (1.0, np.inf, 1.0, False, False),  # a program below the edge: an overflow is wrong
+    (np.nan, 1.0, np.nan, True, False),  # NaN from a NaN input stays exact
 ])
-def test_overflow_is_compared_only_below_the_range_edge(ref, got, oracle, passes):
+def test_overflow_is_compared_only_below_the_range_edge(ref, got, oracle, edge, passes):
     res = checker.compare_leaf(np.array([1.0, ref], np.float32), np.array([1.0, got], np.float32), "float32",
-                               lambda: np.array([1.0, oracle], np.float64))
+                               lambda: np.array([1.0, oracle], np.float64), range_edge=lambda: edge)
     assert (res is None) == passes, res
+
+
+@pytest.mark.parametrize("scale, edge", [(1e19, True), (1e17, False)])
+def test_a_program_is_at_the_range_edge_when_one_operation_comes_near_the_largest_float(scale, edge):
+    """Squares of features near 1e19 are 1e38, 2^-11 of float32's largest number or nearer; of 1e17, 1e34."""
+    x = np.array([1.0, scale], np.float32)
+    largest = rounded.largest(lambda x: jnp.tanh(x * x), x)
+    assert largest == pytest.approx(float(scale) ** 2, rel=1e-6)
+    assert tolerances.at_range_edge(largest, "float32") == edge
 
 
 def test_a_derivative_that_is_zero_everywhere_is_compared_at_the_forward_scale():

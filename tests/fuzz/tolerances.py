@@ -13,11 +13,13 @@ true value lies past the dtype's range with that sign (a float16 sum the backend
 overflows once, where the reference's float16 partial sums overflowed both ways), or when the program with every
 operation rounded once to its dtype overflows there with that sign (`rounded`: a float16 mean whose sum does not
 fit, though the mean does). Forward values of cases with
-scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`). A position that is finite on one
-side and not on the other is not compared where the float64 oracle is within `RANGE_HEADROOM` of the dtype's
-largest number or past it (`at_range_edge`): there whether a sum overflows depends on its association, and a
-fused softmax sums before it divides. This is the one place where jgnn's overflow may differ from the
-reference's; NaN and inf that come from the inputs, and overflow of values 2^11 below the range, stay exact.
+scattered ±inf inputs may swap NaN and ±inf (`checker.SCATTERED_INF_PATTERNS`). In a program at the range edge (one of
+its operations, computed in float64, comes within `RANGE_HEADROOM` of the dtype's largest number or passes it:
+`at_range_edge`), a position that is finite on one side and not on the other is not compared where the float64
+oracle is finite: whether a sum overflows depends on its association, a fused softmax sums before it divides,
+and an overflow inside the program reaches outputs of any size through the layers after it. This is the one
+place where jgnn's overflow may differ from the reference's; NaN and inf that come from the inputs (the oracle
+is not finite there), and every program whose values stay 2^11 below the range, are compared exactly.
 
 At positions where both are finite, values are compared row by row (the leading axis: one node, edge or
 parameter slice). With ``r`` the reference and ``b`` the backend, a row passes when it is within rounding of
@@ -103,18 +105,18 @@ def least_scale(magnitude: str, forward_scale: float = 0.0) -> float:
     return 1.0 if magnitude == "normal" else forward_scale
 
 
-# Values within this factor of the dtype's largest finite number sit at the range edge. A fused softmax sums
-# ``exp(s - m) v`` over up to a hub's 1,050 in-edges before it divides, as every fused attention does, and a
+# A program at the range edge computes some value within this factor of the dtype's largest number. A fused softmax
+# sums ``exp(s − m) v`` over up to a hub's 1,050 in-edges before it divides, as every fused attention does, and a
 # reassociated product chain or gradient sums per node before it multiplies: an intermediate up to the in-degree
-# times a finite output overflows where the reference's association does not, and the reverse.
+# times a value of the reference's overflows where the reference's association does not, and the reverse.
 RANGE_HEADROOM = 2.0 ** 11
 
 
-def at_range_edge(oracle: np.ndarray, dtype: str) -> np.ndarray:
-    """Where the float64 oracle is finite but within `RANGE_HEADROOM` of the dtype's range, or past it: there a
-    position that overflows on one side and not on the other is not compared."""
+def at_range_edge(largest: float, dtype: str) -> bool:
+    """Whether a program whose largest intermediate magnitude is ``largest`` (`rounded.largest`) sits at the range
+    edge of ``dtype`` (`RANGE_HEADROOM`)."""
     big = float(ml_dtypes.finfo(dtype.replace("complex128", "float64").replace("complex64", "float32")).max)
-    return np.isfinite(oracle) & (np.abs(oracle) >= big / RANGE_HEADROOM)
+    return largest >= big / RANGE_HEADROOM
 
 
 def _at_least_fraction(rows: np.ndarray) -> np.ndarray:
