@@ -584,8 +584,9 @@ def _scattered_inf(case: Case) -> bool:
 
 
 def _nan_positions(x):
+    """Where ``x`` is NaN (a complex number with a NaN part counts), in ``x``'s shape."""
     x = np.asarray(x)
-    return np.isnan(_as_real(x)) if is_float(x) else np.zeros(np.shape(x), bool)
+    return np.isnan(x) if is_float(x) else np.zeros(np.shape(x), bool)
 
 
 def _untainted_cotangent(ops: Operands, tainted) -> Operands:

@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from tests.fuzz.checker import Failure, make_params
-from tests.fuzz.graphs import SHAPES, build_inputs
+from tests.fuzz.graphs import build_inputs
 from tests.fuzz.programs import HEADER
 
 _SMALL = 96  # arrays with more elements are printed as compressed bytes
@@ -190,8 +190,7 @@ def reproducer(failure: Failure) -> str:
               f"inputs = {tree_literal(inputs)}"]
     if layout is not None:
         lines.insert(lines.index(HEADER.strip()) + 1, "import jgnn.layout")
-        padded = SHAPES[case.graph.shape].pad is not None
-        lines.append(f'inputs["layout"] = jgnn.layout.GraphLayout.from_graph(inputs["graph"], padded={padded})')
+        lines.append('inputs["layout"] = jgnn.layout.GraphLayout.from_graph(inputs["graph"])')  # as graphs.py
     lines.append(f"params = {tree_literal(params)}")
     if failure.mode == "explain":
         lines.append('print(jgnn.explain(lambda i, p: model("reference", i, p), inputs, params))')

@@ -511,3 +511,10 @@ def test_transforms_take_the_reference_run_op_by_op_as_a_second_opinion():
     it gives jgnn's answer, as `checker.Oracle.eager` already said for the parts (fails without
     `checker._eager_transform`)."""
     assert not checker.check_transform(CASES["destination_softmax_reference_recomputes"], "vmap")
+
+
+def test_nan_positions_of_complex_outputs_keep_their_shape():
+    """Campaign 20261205 (4 batches): a complex64 output's NaN mask had a trailing axis of 2 (real and imaginary
+    parts), and zeroing the cotangent there raised, killing the checking process."""
+    x = np.array([[1 + 1j, complex(np.nan, 0)], [complex(0, np.nan), 2j]], np.complex64)
+    np.testing.assert_array_equal(checker._nan_positions(x), [[False, True], [True, False]])
