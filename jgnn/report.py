@@ -77,6 +77,7 @@ class Reason(enum.StrEnum):
     FUSED_COMPUTE = "fused_compute"
     MESSAGES_STORED_ANYWAY = "messages_stored_anyway"
     NOT_A_GRAPH_REDUCTION = "not_a_graph_reduction"
+    NO_EDGE_WORK = "no_edge_work"
     SOFTMAX_NOT_FUSED = "softmax_not_fused"
     FILL_MODE_GATHER = "fill_mode_gather"
     # lowering choices
@@ -172,6 +173,7 @@ MESSAGES: dict[Reason, str] = {
     Reason.FUSED_COMPUTE: "gather→{ops} edge ops written once per edge ({shape})",
     Reason.MESSAGES_STORED_ANYWAY: "segment {reduce} of messages that something else also reads: they are "
                                    "stored anyway, the reduction alone is fused",
+    Reason.NO_EDGE_WORK: "segment {reduce} of edge rows that no per-edge computation feeds: nothing to fuse",
     Reason.NOT_A_GRAPH_REDUCTION: "segment {reduce} by {index} ids: not an edge-to-node reduction",
     Reason.SOFTMAX_NOT_FUSED: "edge softmax whose weights are used outside a weighted sum: kept as one norm op",
     Reason.FILL_MODE_GATHER: "a gather with mode 'fill' stays outside the fused op (its out-of-range rows are "

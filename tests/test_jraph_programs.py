@@ -32,3 +32,13 @@ def test_programs_cover_models_and_utils():
     assert len(names) == len(set(names)) >= 49
     assert sum(n in GATHER_SEGMENT for n in names) == len(GATHER_SEGMENT)
     assert np.all([callable(p[1]) for p in PROGRAMS])
+
+
+@pytest.mark.parametrize("name, fn, graph", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_every_raised_reduction_is_fused_or_says_why(name, fn, graph):
+    """A program whose reductions were raised to graph ops records a fusion decision for them (fused, or skipped
+    with a reason: messages stored anyway, a readout by graph ids, no edge work), unless they were all dead
+    (jraph's identity-update GraphNetworks)."""
+    report = jgnn.explain(jgnn.compile(fn, backend="xla"), graph)
+    if Reason.RAISED_SEGMENT in report.codes(Pass.CANONICALIZE, applied=True):
+        assert report.codes(Pass.FUSE) or Reason.REMOVED_DEAD in report.codes(Pass.DCE, applied=True), name

@@ -250,7 +250,8 @@ def test_typed_weights_with_fewer_edges_than_nodes(backend):
 
 # ---- (d) linear splitting and lifting next to constants ---------------------------------------------------
 
-def test_constant_pieces_are_not_split_and_edge_constants_are_not_lifted():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_constant_pieces_are_not_split_and_edge_constants_are_not_lifted(backend):
     rng = np.random.default_rng(5)
     g = _graph(rng, 9, 40, 6)  # N ≠ E
     w = jnp.asarray(rng.normal(size=(6, 3)), jnp.float32)
@@ -261,8 +262,8 @@ def test_constant_pieces_are_not_split_and_edge_constants_are_not_lifted():
         ramp = (x[graph.senders] @ w) * jnp.arange(graph.senders.shape[0], dtype=jnp.float32)[:, None]
         return jax.ops.segment_sum(plus_one + ramp, graph.receivers, 9)
 
-    check_against_reference(jgnn.compile(program, backend="xla"), program, g)
-    skipped = jgnn.explain(jgnn.compile(program, backend="xla"), g).codes(Pass.BROADCAST_REORDER, applied=False)
+    check_against_reference(jgnn.compile(program, backend=backend), program, g)
+    skipped = jgnn.explain(jgnn.compile(program, backend=backend), g).codes(Pass.BROADCAST_REORDER, applied=False)
     assert Reason.UNGATHERED_EDGE_OPERAND in skipped
 
 
@@ -372,7 +373,8 @@ def test_complex_sums():
 
 # ---- (i) random keys, softmax of softmax -------------------------------------------------------------------
 
-def test_closed_over_keys_key_features_and_nested_softmax():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_closed_over_keys_key_features_and_nested_softmax(backend):
     rng = np.random.default_rng(8)
     g = _graph(rng, 10, 35, 4)
     key = jax.random.key(3)
@@ -386,7 +388,7 @@ def test_closed_over_keys_key_features_and_nested_softmax():
         return jgnn.sum(jgnn.softmax(jgnn.softmax(mb["logit"])) * mb["m"])
 
     for remat in ("auto", "edges", "none"):
-        compiled = jgnn.message_passing(phi, rho, backend="xla", remat=remat)
+        compiled = jgnn.message_passing(phi, rho, backend=backend, remat=remat)
         reference = jgnn.message_passing(phi, rho, backend="reference")
         check_against_reference(lambda h: compiled(g._replace(nodes={"h": h})).nodes,
                                 lambda h: reference(g._replace(nodes={"h": h})).nodes, g.nodes["h"])
@@ -430,7 +432,8 @@ def test_mailbox_length_is_rejected():
         layer(g)
 
 
-def test_per_relation_segment_ids_and_external_ids_do_not_fall_back():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_relation_segment_ids_and_external_ids_do_not_fall_back(backend):
     rng = np.random.default_rng(14)
     relations = 3
     g = _graph(rng, 10, 40, 4, edge_types=relations)
@@ -444,7 +447,7 @@ def test_per_relation_segment_ids_and_external_ids_do_not_fall_back():
         mean = jnp.sum(per_relation / jnp.maximum(count, 1.0), axis=1)
         return mean, jnp.sum(x[neg] * x[neg[::-1]], -1)
 
-    compiled = jgnn.compile(program, backend="xla")
+    compiled = jgnn.compile(program, backend=backend)
     check_against_reference(compiled, program, g, negatives)
     assert not jgnn.explain(compiled, g, negatives).fallbacks
 

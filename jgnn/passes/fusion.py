@@ -158,8 +158,11 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             continue
         index = op.params["index"]
         msg, root_ids = op.inputs
-        if index not in ENDPOINTS or ctx.info(msg).residency != Residency.EDGE or ctx.info(msg).axis != 0 \
-                or not isinstance(msg, ir.Value):
+        if index not in ENDPOINTS:  # by graph or type ids: a readout, no edge walk
+            ctx.skipped(Pass.FUSE, Reason.NOT_A_GRAPH_REDUCTION, reduce=op.params["kind"], index=index.value)
+            continue
+        if ctx.info(msg).residency != Residency.EDGE or ctx.info(msg).axis != 0 or not isinstance(msg, ir.Value):
+            ctx.skipped(Pass.FUSE, Reason.NO_EDGE_WORK, reduce=op.params["kind"])
             continue
         planned = _plan_attention(op, ctx, made_by, users, order) if op.params["kind"] == "sum" else None
         planned = planned or _plan_reduce(op, ctx, made_by, users, order)
@@ -219,7 +222,8 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
     region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order, ctx_shared=shared)
     found = classify(region, ctx, made_by, e)
     if not region.ops and (found is None or found.groups[0] not in (Group.SRC, Group.DST)):
-        return None  # a reduction of stored edge rows: nothing to fuse
+        ctx.skipped(Pass.FUSE, Reason.NO_EDGE_WORK, reduce=kind)
+        return None
     if found is None:
         ctx.skipped(Pass.FUSE, Reason.NOT_A_GRAPH_REDUCTION, reduce=kind, index=root.params["index"].value)
         return None
