@@ -139,7 +139,7 @@ def from_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Traced:
     const_inputs: list[Value] = []
 
     def capture(value) -> Atom:
-        if _is_literal(value):  # on the host: a device scalar closed over by a kernel's body is a captured const
+        if _is_literal(value):  # kept on the host: a device scalar in a Pallas kernel's body is a captured const
             return Const(np.asarray(value) if isinstance(value, jax.Array) else value)
         v = Value(tuple(np.shape(value)), jax.numpy.result_type(value))
         consts.append(value)

@@ -24,7 +24,8 @@ from jgnn.passes.context import Builder, Context
 from jgnn.report import Pass, Reason
 
 NARROW = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})  # floats a matmul accumulates wider
-_THROUGH = (lax.reshape_p, lax.broadcast_in_dim_p, lax.convert_element_type_p, lax.dot_general_p)
+_SHAPE_ONLY = (lax.reshape_p, lax.broadcast_in_dim_p, lax.convert_element_type_p)
+_THROUGH = _SHAPE_ONLY + (lax.dot_general_p,)
 
 
 def _where(ctx: Context, atom: ir.Atom, made_by: dict[int, ir.Op]) -> tuple:
@@ -40,20 +41,21 @@ def _where(ctx: Context, atom: ir.Atom, made_by: dict[int, ir.Op]) -> tuple:
     return (info.residency.value, info.index, info.graph)
 
 
-def _gathered(atom: ir.Atom, made_by: dict[int, ir.Op]) -> ir.Op | None:
+def _gathered_array(atom: ir.Atom, made_by: dict[int, ir.Op]) -> tuple[int, str] | None:
+    """(id of the array, index role) of a value gathered from an array, through shape-only ops (not a matmul:
+    ``(x @ W)[src]`` is another array), else None."""
     op = made_by.get(atom.id) if isinstance(atom, ir.Value) else None
-    if op is not None and op.prim in _THROUGH[:3]:  # not through a matmul: that is another array
-        return _gathered(op.inputs[0], made_by)
-    return op if op is not None and op.prim is gather_p else None
+    if op is not None and op.prim in _SHAPE_ONLY:
+        return _gathered_array(op.inputs[0], made_by)
+    if op is None or op.prim is not gather_p or not isinstance(op.inputs[0], ir.Value):
+        return None
+    return op.inputs[0].id, op.params["index"].value
 
 
 def _one_array_at_two_ends(sub: ir.Op, made_by: dict[int, ir.Op]) -> tuple[str, str] | None:
-    """The two indices of ``x[i] − x[j]``, one array gathered through both, else None."""
-    a, b = (_gathered(x, made_by) for x in sub.inputs)
-    arrays = [getattr(g.inputs[0], "id", None) for g in (a, b) if g is not None]
-    if len(arrays) != 2 or arrays[0] is None or arrays[0] != arrays[1]:
-        return None
-    return a.params["index"].value, b.params["index"].value
+    """The two index roles of ``x[i] − x[j]``, one array gathered through both, else None."""
+    a, b = (_gathered_array(x, made_by) for x in sub.inputs)
+    return (a[1], b[1]) if a is not None and b is not None and a[0] == b[0] else None
 
 
 def run(program: ir.Program, ctx: Context) -> ir.Program:
