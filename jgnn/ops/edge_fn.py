@@ -500,7 +500,9 @@ def shifted_exp(s, m):
     scores near 1e19 the ulp that costs turned every edge of a row, the max's included, into ``exp(−1e12) = 0``:
     ``0 / 0``, and the row's output 0 where the reference's is −3.3e19 (campaign 20261205)."""
     z = s - m
-    return jnp.exp(jnp.where(snaps_to_max(s, m), z - jax.lax.stop_gradient(z), z))
+    # only a finite exponent snaps: a score read against another row's max (a wrapped negative id) is infinitely
+    # above an empty row's −inf, and exp(+inf) = inf, where z − z would make NaN (campaign 20261205)
+    return jnp.exp(jnp.where(snaps_to_max(s, m) & jnp.isfinite(z), z - jax.lax.stop_gradient(z), z))
 
 
 # `attains_max` counts ulps of the dtype: a kernel's recomputed bfloat16 score misses the max by an ulp, and a tie

@@ -310,6 +310,34 @@ def model(backend, inputs, params):
     return pg.Program("message_passing", source, sig, (("W0", (1, 8)), ("W1", (2, 4)), ("W2", (1, 8)),
                                                        ("W3", (2, 4)), ("W4", (10, 8)), ("W5", (8, 4))), frozenset())
 
+
+def _graph_network_attention_negative_ids() -> pg.Program:
+    """jraph's GraphNetwork with attention, its weighted edges returned, on a graph with negative receivers
+    (campaign 20261205, at de9c9b3): a wrapped id reads the max of an empty row, −inf, so ``s − m`` is +inf, and
+    the forward snap of 05eb179 made ``exp(+inf − +inf) = NaN`` of the reference's inf. Only a finite exponent
+    snaps now."""
+    source = """
+def model(backend, inputs, params):
+    def fn(graph, P):
+        def update_edge_fn(edges, sent, received, globals_):
+            return {"x": jnp.tanh(jnp.concatenate([sent["h"], received["h"], edges["x"]], -1) @ P["W0"])}
+        def update_node_fn(nodes, sent, received, globals_):
+            return {"h": jnp.concatenate([nodes["h"], received["x"]], -1) @ P["W1"]}
+        def attention_logit_fn(edges, sent, received, globals_):
+            return jnp.sum(edges["x"] * P["W2"], -1)
+        def attention_reduce_fn(edges, weights):
+            return jax.tree_util.tree_map(lambda x: x * weights[:, None], edges)
+        net = jraph.GraphNetwork(update_edge_fn, update_node_fn, aggregate_edges_for_nodes_fn=jraph.segment_max,
+                                 attention_logit_fn=attention_logit_fn, attention_reduce_fn=attention_reduce_fn)
+        out = net(graph)
+        return {"nodes": out.nodes, "edges": out.edges["x"]}
+    compiled = jgnn.compile(fn, backend=backend)
+    return compiled(inputs['graph'], params)
+"""
+    sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("x", (4,)),))
+    return pg.Program("graph_network", source, sig, (("W0", (6, 4)), ("W1", (5, 1)), ("W2", (4,))),
+                      frozenset({"jraph_graph_network"}))
+
 CASES = {
     # CI at ce3ef70: float32 features near 1e19 saturate every softmax row. The tangent α·ds − α·T cancelled two
     # 1e19 terms (xla: 1e32 where the reference has −5e19), and the Pallas forward's row max, recomputed by
@@ -410,6 +438,10 @@ CASES = {
     "overflow_under_an_mlp": Case(_overflow_under_an_mlp(), "float32", GraphSpec("batch", frozenset(), 15744),
                                   ValueSpec(4573, "huge", (Pattern("zeros", "graph.edges.m"),
                                                            Pattern("zeros", "graph.edges.m")))),
+    "graph_network_attention_negative_ids": Case(_graph_network_attention_negative_ids(), "float32",
+                                                 GraphSpec("padded", frozenset({"negative"}), 378),
+                                                 ValueSpec(421, "normal", (Pattern("near_ties", "graph.nodes.h"),
+                                                                           Pattern("nan", "graph.edges.x")))),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
