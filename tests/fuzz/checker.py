@@ -480,16 +480,20 @@ class Oracle:
         (`FORWARD_MODE_GRAD_FLAGS`), with the same result structure as vjp's."""
         return "vjp_by_jvp" if name == "grad" and self.grad_by_jvp else self.MODE_OF_PART[name]
 
+    def _reference_call(self, name: str) -> tuple:
+        """(the jitted reference function giving part ``name``, then its traced arguments)."""
+        mode = self._mode(name)
+        fn = functools.partial(_compiled(self.program, "reference", mode), self.ops.treedef, self.ops.mask)
+        return (fn, *_mode_args(self.ops, mode))
+
     def range_edge(self, name: str) -> bool:
         """Whether the program giving part ``name`` is at the range edge (`tolerances.at_range_edge`): its
         operations computed one by one in float64 on the case's inputs (`rounded.largest`); False where that
         fails."""
         if name not in self.range_edges:
-            mode = self._mode(name)
-            fn = functools.partial(_compiled(self.program, "reference", mode), self.ops.treedef, self.ops.mask)
             try:
                 with x64(self.case_dtype):
-                    largest = rounded.largest(fn, *_mode_args(self.ops, mode))
+                    largest = rounded.largest(*self._reference_call(name))
             except Exception:  # noqa: BLE001 - unknown: compared exactly
                 largest = 0.0
             self.range_edges[name] = tolerances.at_range_edge(largest, self.case_dtype)
@@ -498,11 +502,9 @@ class Oracle:
     def rounded(self, name: str):
         if name not in self.rounded_parts:
             pick = dict(PARTS[self.MODE_OF_PART[name]])[name]
-            mode = self._mode(name)
-            fn = functools.partial(_compiled(self.program, "reference", mode), self.ops.treedef, self.ops.mask)
             try:
                 with x64(self.case_dtype):
-                    out = jax.tree_util.tree_map(np.asarray, pick(rounded.evaluate(fn, *_mode_args(self.ops, mode))))
+                    out = jax.tree_util.tree_map(np.asarray, pick(rounded.evaluate(*self._reference_call(name))))
             except Exception:  # noqa: BLE001 - no rounded oracle for this program: the float64 one decides
                 out = None
             self.rounded_parts[name] = out

@@ -94,12 +94,16 @@ def eval_jaxpr(jaxpr: jcore.Jaxpr, consts, *args, observe=None) -> list:
     return [read(v) for v in jaxpr.outvars]
 
 
-def evaluate(fn, *args):
-    """``fn(*args)``, every operation rounded once (module docstring); ``fn`` is traced with ``args``."""
+def _run(fn, args, observe=None):
     closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
     with jax.enable_x64(True), jax.disable_jit():
-        outs = eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
+        outs = eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args), observe=observe)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), outs)
+
+
+def evaluate(fn, *args):
+    """``fn(*args)``, every operation rounded once (module docstring); ``fn`` is traced with ``args``."""
+    return _run(fn, args)
 
 
 def largest(fn, *args) -> float:
@@ -110,10 +114,7 @@ def largest(fn, *args) -> float:
     def observe(o):
         if jnp.issubdtype(o.dtype, jnp.inexact):
             a = np.abs(np.asarray(o))
-            a = a[np.isfinite(a)]
-            most[0] = max(most[0], float(a.max(initial=0)))
+            most[0] = max(most[0], float(a[np.isfinite(a)].max(initial=0)))
 
-    closed = jax.make_jaxpr(fn)(*args)
-    with jax.enable_x64(True), jax.disable_jit():
-        eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args), observe=observe)
+    _run(fn, args, observe)
     return most[0]

@@ -74,8 +74,12 @@ RTOL = {
     "float16": 4e-3,
     "bfloat16": 3e-2,
 }
-FLOOR = {name: 2 * float(ml_dtypes.finfo(name.replace("complex128", "float64").replace("complex64", "float32")
-                                         ).tiny) for name in RTOL}
+def _finfo(name: str):
+    """``finfo`` of a dtype name; a complex dtype's of its parts."""
+    return ml_dtypes.finfo(name.replace("complex128", "float64").replace("complex64", "float32"))
+
+
+FLOOR = {name: 2 * float(_finfo(name).tiny) for name in RTOL}
 
 # The dtype the oracle runs in; float64 cases are their own oracle.
 ORACLE_DTYPE = {"float32": "float64", "bfloat16": "float64", "float16": "float64", "float64": "float64",
@@ -115,8 +119,7 @@ RANGE_HEADROOM = 2.0 ** 11
 def at_range_edge(largest: float, dtype: str) -> bool:
     """Whether a program whose largest intermediate magnitude is ``largest`` (`rounded.largest`) sits at the range
     edge of ``dtype`` (`RANGE_HEADROOM`)."""
-    big = float(ml_dtypes.finfo(dtype.replace("complex128", "float64").replace("complex64", "float32")).max)
-    return largest >= big / RANGE_HEADROOM
+    return largest >= float(_finfo(dtype).max) / RANGE_HEADROOM
 
 
 def _at_least_fraction(rows: np.ndarray) -> np.ndarray:
