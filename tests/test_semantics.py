@@ -494,3 +494,29 @@ def test_second_order_derivatives_through_fused_layers(backend="xla"):
         t = jnp.asarray(rng.normal(size=h.shape))
         hvp = lambda layer: jax.jvp(jax.grad(loss(layer)), (h,), (t,))[1]
         assert_close(jax.jit(lambda: hvp(compiled))(), hvp(reference), terms=20)
+
+
+# ---- 16-bit rounding that XLA keeps --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_a_sixteen_bit_result_is_settled_as_a_correctly_rounded_convert(dtype):
+    """`edge_fn._settle` (``reduce_precision``, with float16's subnormals on their own grid) gives the value a
+    correctly rounded convert gives (ml_dtypes' numpy cast), at every magnitude: subnormals, ties to even,
+    overflow to inf, NaN, signed zeros. Its tangent is the tangent's convert."""
+    from jgnn.ops import edge_fn as ef
+
+    rng = np.random.default_rng(20261128)
+    info = jnp.finfo(dtype)
+    x = rng.normal(size=20000) * 10.0 ** rng.uniform(-45, 39, size=20000)
+    tiny, sub = float(info.tiny), float(info.smallest_subnormal)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, float(info.max) * 1.001, tiny, tiny * 0.999, -tiny * 0.5,
+             sub * 0.5, sub * 0.51, sub * 1.5, sub * 2.5, 1.0 + float(info.eps) / 2, 1.0 + 1.5 * float(info.eps)]
+    with np.errstate(over="ignore"):
+        x = np.concatenate([x, edges]).astype(np.float32)
+        want = x.astype(dtype)
+    got = np.asarray(jax.jit(lambda y: ef._settle(y, np.dtype(dtype)))(x))
+    same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got.astype(np.float32)) & np.isnan(x))
+    assert same.all(), (x[~same][:4], got[~same][:4], want[~same][:4])
+    t = rng.normal(size=8).astype(np.float32)
+    _, tangent = jax.jvp(lambda y: ef._settle(y, np.dtype(dtype)), (x[:8],), (t,))
+    np.testing.assert_array_equal(np.asarray(tangent), t.astype(dtype))

@@ -16,7 +16,10 @@ width-1 operands already broadcast), and ops that only move unit axes are identi
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,34 +66,84 @@ class RegionFn(EdgeFn):
             return _evaluate_lanes(program, rows, next((np.shape(x) for x in rows if np.ndim(x) == 2), None))
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
         run = facts.run_resized(self.rows, block) if block != self.rows else (lambda op, xs: op.run(*xs))
-        return ir.evaluate(program, rows, run=_sixteen_bit_in_f32(run))
+        return ir.evaluate(program, rows, run=sixteen_bit_in_f32(run))
 
     def describe(self) -> str:
         return f"{len(self.ops)} ops"
 
 
 _SIXTEEN_BIT = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+# Ops that never round: their 16-bit results need no settling (`_settled`).
+_EXACT = frozenset(compat.primitives("""
+abs and bitcast_convert_type ceil clamp clz complex conj copy eq floor ge gt imag is_finite le
+lt max min ne neg not or population_count real reduce_precision round select_n shift_left shift_right_arithmetic
+shift_right_logical sign stop_gradient xor reduce_max reduce_min argmax argmin
+""")) | facts.SHAPE_ONLY
 # Elementwise ops that round their result. Pallas' Triton lowering has no float16/bfloat16 kernel for division and
 # most transcendental functions: on an H100, tanh(f16) failed to compile, and a deviceless probe of every unary
 # and binary lax op (benchmarks/results/gpu-h100-2026-11-26.md) also rejected div, pow, atan2, log1p, expm1 and
 # the trigonometric and hyperbolic families. So on 16-bit floats each of these runs in float32 and rounds once.
 # That is exactly IEEE 16-bit arithmetic for + − × ÷ and √, because float32 carries more than twice their
 # precision plus two bits. It is also what XLA's float normalization does for the others.
-_ROUNDING = frozenset(facts.ELEMENTWISE) - frozenset(compat.primitives("""
-abs and bitcast_convert_type ceil clamp clz complex conj convert_element_type copy eq floor ge gt imag is_finite le
-lt max min ne neg not or population_count real reduce_precision round select_n shift_left shift_right_arithmetic
-shift_right_logical sign stop_gradient xor
-"""))
+_ROUNDING = frozenset(facts.ELEMENTWISE) - _EXACT - frozenset(compat.primitives("convert_element_type"))
+# Inside a Triton kernel (`rounding_by_convert`) a 16-bit result is a plain convert: Triton keeps every convert,
+# and its lowering has no reduce_precision.
+_BY_CONVERT = contextvars.ContextVar("jgnn_rounding_by_convert", default=False)
 
 
-def _sixteen_bit_in_f32(run):
-    """``run`` with each rounding op on float16/bfloat16 inputs done in float32 and rounded back to its dtype."""
+@contextlib.contextmanager
+def rounding_by_convert():
+    """Settle 16-bit results with plain converts while tracing a Pallas kernel for Triton."""
+    token = _BY_CONVERT.set(True)
+    try:
+        yield
+    finally:
+        _BY_CONVERT.reset(token)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _settle(y, dtype):
+    """``y`` rounded to the 16-bit ``dtype`` as a value XLA cannot widen again.
+
+    XLA may drop a float32 → 16-bit → float32 round trip (``xla_allow_excess_precision``, on by default), in one
+    fusion and not in another. A score recomputed by two edge ops then differs by a 16-bit ulp, which at 1e19 is
+    1e17: the softmax weight of the edge attaining the max became exp(-1e17) = 0 in a tangent (fuzz campaign
+    20261300: bfloat16 attention tangents half the reference's). ``reduce_precision`` is a rounding XLA keeps;
+    it flushes float16's subnormals, which are rounded here on their fixed grid instead."""
+    info = jnp.finfo(dtype)
+    r = jax.lax.reduce_precision(y, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+    if info.nexp < 8:
+        grid = float(info.smallest_subnormal)
+        r = jnp.where(jnp.abs(y) < float(info.tiny),
+                      jax.lax.round(y / grid, jax.lax.RoundingMethod.TO_NEAREST_EVEN) * grid, r)
+    return r.astype(dtype)
+
+
+@_settle.defjvp
+def _settle_jvp(dtype, primals, tangents):
+    # A plain convert: linear, so that the tangent transposes. A tangent is not compared against a max.
+    return _settle(primals[0], dtype), tangents[0].astype(dtype)
+
+
+def _settled(y, dtype):
+    """A rounding op's result ``y`` in its 16-bit ``dtype``: `_settle` on XLA, a convert in a Triton kernel."""
+    if _BY_CONVERT.get():
+        return y.astype(dtype)
+    return _settle(y.astype(jnp.float32), np.dtype(dtype))
+
+
+def sixteen_bit_in_f32(run):
+    """``run`` with each rounding op on float16/bfloat16 inputs done in float32, and each 16-bit result of a
+    rounding op settled in its dtype (`_settled`)."""
     def wrapped(op, xs):
         dtypes = [np.dtype(jnp.result_type(x)) for x in xs]
-        if op.prim not in _ROUNDING or not any(d in _SIXTEEN_BIT for d in dtypes):
-            return run(op, xs)
-        wide = [x.astype(jnp.float32) if d in _SIXTEEN_BIT else x for x, d in zip(xs, dtypes, strict=True)]
-        return [y.astype(v.dtype) for y, v in zip(run(op, wide), op.outputs, strict=True)]
+        if op.prim in _ROUNDING and any(d in _SIXTEEN_BIT for d in dtypes):
+            xs = [x.astype(jnp.float32) if d in _SIXTEEN_BIT else x for x, d in zip(xs, dtypes, strict=True)]
+        ys = run(op, xs)
+        if op.prim in _EXACT:
+            return ys
+        return [_settled(y, v.dtype) if np.dtype(v.dtype) in _SIXTEEN_BIT else y
+                for y, v in zip(ys, op.outputs, strict=True)]
     return wrapped
 
 
@@ -109,7 +162,7 @@ def _evaluate_lanes(program: ir.Program, args, tile) -> list:
         out = compat.bind(op.prim, params, xs)
         return list(out) if op.prim.multiple_results else [out]
 
-    run = _sixteen_bit_in_f32(lanes)
+    run = sixteen_bit_in_f32(lanes)
     return ir.evaluate(program, args, run=run)
 
 

@@ -279,7 +279,8 @@ def _triton_gap(spec: eo.EdgeSpec, rows: tuple) -> str | None:
     import pallas_kernels.compat as pk_compat
 
     avals = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in rows]
-    return pk_compat.triton_gap(jax.make_jaxpr(lambda *xs: spec.fn.apply(list(xs)))(*avals))
+    with ef.rounding_by_convert():
+        return pk_compat.triton_gap(jax.make_jaxpr(lambda *xs: spec.fn.apply(list(xs)))(*avals))
 
 
 def _is_pow2(d: int) -> bool:
@@ -375,10 +376,16 @@ def _tile(x, dtype):
 
 
 def run(*args, spec: eo.EdgeSpec) -> list:
+    if eo.INTERPRET[spec.backend]:
+        return _run(*args, spec=spec, interpret=True)
+    with ef.rounding_by_convert():  # traced for Triton
+        return _run(*args, spec=spec, interpret=False)
+
+
+def _run(*args, spec: eo.EdgeSpec, interpret: bool) -> list:
     import pallas_kernels as pk
 
     src_ids, dst_ids, operands, layout = eo.split_args(args, spec)
-    interpret = eo.INTERPRET[spec.backend]
     rows_of = {g: x.shape[0] for x, g in zip(operands, spec.groups, strict=True) if g in (Group.SRC, Group.DST)}
     over = Group.DST if spec.reduce == eo.Reduce.NONE else spec.over
     csr = _csr(spec, over, src_ids, dst_ids, layout, rows_of)
@@ -472,11 +479,12 @@ def _attention(spec, operands, place, slots, col_group, row_group, csr, n, msgs,
         block = tiles[0].shape[0]
         env = {v.id: t for v, t in zip(region.inputs, tiles, strict=True)}
         read = lambda a: a.value if isinstance(a, ir.Const) else env[a.id]
+        run = ef.sixteen_bit_in_f32(lambda op, xs: [_tile_op(op, xs, block)])
         for op in region.ops:
             if op.prim is lax.reshape_p and isinstance(op.inputs[0], ir.Value) and op.inputs[0].id in split_ids:
                 env[op.outputs[0].id] = as_traced(read(op.inputs[0]), op.outputs[0].shape[1:])
                 continue
-            env[op.outputs[0].id] = _tile_op(op, [read(a) for a in op.inputs], block)
+            (env[op.outputs[0].id],) = run(op, [read(a) for a in op.inputs])
         scores, values = (read(a) for a in region.outputs)
         scores = jnp.reshape(scores, (block, -1))
         values = jnp.reshape(values, (block, scores.shape[1], -1))
