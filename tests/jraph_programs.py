@@ -1,8 +1,10 @@
-"""jraph's own test programs (``jraph/_src/models_test.py`` and ``utils_test.py``), as (name, function, graph).
+"""jraph's own test programs (``jraph/_src/models_test.py`` and ``utils_test.py``), as (name, function, input).
 
 They are imported from the installed jraph package and compiled unmodified: the programs that jraph itself tests
 against, on the batched graphs jraph tests them with (7 graphs of 0–3 nodes: as many graphs as nodes, which is
-what tells residency by provenance from residency by row count).
+what tells residency by provenance from residency by row count). utils_test's segment programs take
+``(data, segment_ids)``, its own arrays (NaN data, negative ids, the ``indices_are_sorted`` and
+``unique_indices`` flags), as one tuple.
 """
 
 from __future__ import annotations
@@ -79,6 +81,49 @@ def programs() -> list[tuple[str, object, jraph.GraphsTuple]]:
                      ("segment_min_or_constant", lambda g: utils.segment_min_or_constant(g.edges, g.receivers, 7)),
                      ("graph_network_concatenated_args", _concatenated_graph_network)):
         out.append((name, fn, flat))
+    return out + _segment_programs()
+
+
+def _segment_programs() -> list[tuple[str, object, tuple]]:
+    """utils_test's segment tests as jitted programs of ``(data, segment_ids)``, on its data; the ``_or_constant``
+    ones also as ``jax.grad``, which utils_test checks is finite."""
+    import jax
+
+    out = []
+    ids9 = jnp.array([0, 1, 2, 0, 4, 0, 1, 1, 0])
+    ids8 = jnp.array([0, 0, 0, 1, 1, 2, 2, 2])
+    out.append(("segment_sum", lambda a: utils.segment_sum(a[0], a[1], 6), (jnp.arange(9), ids9)))
+    for nan in (False, True):
+        tag = "[nan]" if nan else ""
+        d9, d8 = jnp.arange(9, dtype=jnp.float32), jnp.arange(8, dtype=jnp.float32)
+        if nan:
+            d9, d8 = d9.at[0].set(jnp.nan), d8.at[0].set(jnp.nan)
+        out += [(f"segment_mean{tag}", lambda a: utils.segment_mean(a[0], a[1], 6), (d9, ids9)),
+                (f"segment_variance{tag}", lambda a: utils.segment_variance(a[0], a[1], 3), (d8, ids8)),
+                (f"segment_normalize{tag}", lambda a: utils.segment_normalize(a[0], a[1], 3), (d8, ids8)),
+                (f"segment_softmax{tag}", lambda a: utils.segment_softmax(a[0], a[1], 6), (d9, ids9))]
+    for is_sorted, unique in ((False, False), (True, False), (True, True), (False, True)):
+        tag = f"[sorted={is_sorted},unique={unique}]"
+        if unique:
+            ids = jnp.array([0, 1, 2, 3, 4, 5]) if is_sorted else jnp.array([1, 0, 2, 4, 3, -5])
+            rows, n = 6, 6 if is_sorted else 5
+        else:
+            ids = jnp.array([0, 0, 0, 1, 1, 1, 2, 3, 4]) if is_sorted else jnp.array([0, 1, 2, 0, 4, 0, 1, 1, -6])
+            rows, n = 9, 6
+        for name in ("segment_max", "segment_min", "segment_max_or_constant", "segment_min_or_constant"):
+            f = getattr(utils, name)
+            k = 7 if name == "segment_max_or_constant" and unique and is_sorted else n  # as utils_test has it
+            flags = dict(indices_are_sorted=is_sorted, unique_indices=unique)
+            if not name.endswith("_or_constant"):
+                out.append((f"{name}{tag}", lambda a, f=f, k=k, kw=flags: f(a[0], a[1], k, **kw),
+                            (jnp.arange(rows), ids)))
+                continue
+            data = jnp.arange(rows, dtype=jnp.float32)
+            two_d = jnp.stack([jnp.arange(rows), jnp.arange(rows, 0, -1)], axis=1)
+            out += [(f"{name}{tag}", lambda a, f=f, k=k, kw=flags: f(a[0], a[1], k, **kw), (data, ids)),
+                    (f"{name}_2d{tag}", lambda a, f=f, n=n, kw=flags: f(a[0], a[1], n, **kw), (two_d, ids)),
+                    (f"grad_{name}{tag}", lambda a, f=f, k=k, kw=flags: jax.grad(
+                        lambda x: jnp.sum(f(x, a[1], k, **kw)))(a[0]), (data, ids))]
     return out
 
 
