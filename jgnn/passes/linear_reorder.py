@@ -26,6 +26,7 @@ from jgnn import ir
 from jgnn.ops.gather import gather_p
 from jgnn.ops.segment import segment_p
 from jgnn.passes.context import Builder, Context
+from jgnn.passes.linear_split import NARROW
 from jgnn.passes.typed_matmul import typed_table
 from jgnn.report import Pass, Reason
 
@@ -41,6 +42,27 @@ def _per_row(op: ir.Op) -> bool:
     (lc, rc), (lb, rb) = op.params["dimension_numbers"]
     return tuple(lb) == (0,) and tuple(rb) == (0,) and tuple(lc) == (op.inputs[0].ndim - 1,) and tuple(rc) == (1,) \
         and op.inputs[0].ndim == 2
+
+
+def _product(b: Builder, op2: ir.Op, x: ir.Atom, per_row, weights: tuple, weight_dims) -> None:
+    """``x @ (A @ B)`` in ``op2``'s outputs, ``weights = (A, B)`` contracted by ``weight_dims`` (then gathered by
+    ``per_row`` for typed weights). On bfloat16/float16
+    the weight product stays float32 and the whole chain rounds once: the reference rounds ``x @ A`` and then
+    ``(x @ A) @ B``, and a product rounded to 16 bits and reused by every row carries its rounding into all of
+    them (fuzz campaign 20261400: a float16 gradient 16 times further from float64 than the reference's)."""
+    narrow = np.dtype(op2.outputs[0].dtype) in NARROW
+    f32 = dict(preferred_element_type=np.dtype(np.float32)) if narrow else {}
+    (ab,) = b.bind(lax.dot_general_p, list(weights), dict(op2.params, dimension_numbers=weight_dims, **f32))
+    if per_row is not None:  # typed weights: the per-type product read through each row's type
+        (ab,) = per_row(ab)
+    if not narrow:
+        b.bind(lax.dot_general_p, [x, ab], op2.params, outputs=op2.outputs)
+        return
+    convert = lambda v, dtype, **out: b.bind(lax.convert_element_type_p, [v],  # noqa: E731
+                                             dict(new_dtype=np.dtype(dtype), weak_type=False, sharding=None), **out)
+    (x32,) = convert(x, np.float32)
+    (y,) = b.bind(lax.dot_general_p, [x32, ab], dict(op2.params, **f32))
+    convert(y, op2.outputs[0].dtype, outputs=op2.outputs)
 
 
 def _flops_before_after(rows, d_in, d_mid, d_out, k):
@@ -73,8 +95,7 @@ def _reorder(op2: ir.Op, ctx: Context, made_by, users, b: Builder) -> bool:
         if after >= before:
             ctx.skipped(Pass.LINEAR_REORDER, Reason.REASSOCIATION_COSTS_MORE, form=form, before=before, after=after)
             return False
-        (ab,) = b.bind(lax.dot_general_p, [a, w2], dict(op2.params, dimension_numbers=(((1,), (0,)), ((), ()))))
-        b.bind(lax.dot_general_p, [x, ab], op2.params, outputs=op2.outputs)
+        _product(b, op2, x, None, (a, w2), (((1,), (0,)), ((), ())))
         ctx.applied(Pass.LINEAR_REORDER, Reason.REASSOCIATED, form=form, to="x @ (A @ B)", before=before,
                     after=after)
         return True
@@ -96,17 +117,17 @@ def _reorder(op2: ir.Op, ctx: Context, made_by, users, b: Builder) -> bool:
     if after >= before:
         ctx.skipped(Pass.LINEAR_REORDER, Reason.REASSOCIATION_COSTS_MORE, form=form, before=before, after=after)
         return False
-    (per_type,) = b.bind(lax.dot_general_p, [table_a, table_b],
-                         dict(op2.params, dimension_numbers=(((2,), (1,)), ((0,), (0,)))))
     if column.ndim == 2 and column.shape[-1] != 1:
         (column,) = b.bind(lax.slice_p, [column], dict(start_indices=(0, 0), limit_indices=(column.shape[0], 1),
                                                         strides=None))
-    table = per_type
-    dn = lax.GatherDimensionNumbers(offset_dims=tuple(range(1, table.ndim)), collapsed_slice_dims=(0,),
-                                    start_index_map=(0,))
-    (rows_w,) = b.bind(lax.gather_p, [table, column], dict(gather_a.params, dimension_numbers=dn,
-                                                           slice_sizes=(1, *table.shape[1:])))
-    b.bind(lax.dot_general_p, [x, rows_w], op2.params, outputs=op2.outputs)
+
+    def per_row(table):
+        dn = lax.GatherDimensionNumbers(offset_dims=tuple(range(1, table.ndim)), collapsed_slice_dims=(0,),
+                                        start_index_map=(0,))
+        return b.bind(lax.gather_p, [table, column], dict(gather_a.params, dimension_numbers=dn,
+                                                          slice_sizes=(1, *table.shape[1:])))
+
+    _product(b, op2, x, per_row, (table_a, table_b), (((2,), (1,)), ((0,), (0,))))
     ctx.applied(Pass.LINEAR_REORDER, Reason.REASSOCIATED, form=form, to="x @ (W @ a)[type]", before=before,
                 after=after)
     return True
