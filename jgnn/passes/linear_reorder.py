@@ -46,10 +46,12 @@ def _per_row(op: ir.Op) -> bool:
 
 def _product(b: Builder, op2: ir.Op, x: ir.Atom, per_row, weights: tuple, weight_dims) -> None:
     """``x @ (A @ B)`` in ``op2``'s outputs, ``weights = (A, B)`` contracted by ``weight_dims`` (then gathered by
-    ``per_row`` for typed weights). On bfloat16/float16
-    the weight product stays float32 and the whole chain rounds once: the reference rounds ``x @ A`` and then
-    ``(x @ A) @ B``, and a product rounded to 16 bits and reused by every row carries its rounding into all of
-    them (fuzz campaign 20261400: a float16 gradient 16 times further from float64 than the reference's)."""
+    ``per_row`` for typed weights).
+
+    On bfloat16/float16 the weight product stays float32 and the whole chain rounds once. The reference rounds
+    ``x @ A`` and then ``(x @ A) @ B``; a weight product rounded to 16 bits is reused by every row and carries its
+    rounding into all of them (fuzz campaign 20261400: a float16 gradient 16 times further from float64 than the
+    reference's)."""
     narrow = np.dtype(op2.outputs[0].dtype) in NARROW
     f32 = dict(preferred_element_type=np.dtype(np.float32)) if narrow else {}
     (ab,) = b.bind(lax.dot_general_p, list(weights), dict(op2.params, dimension_numbers=weight_dims, **f32))
