@@ -121,16 +121,35 @@ def _compiled(program, backend: str, mode: str):
         return jax.jvp(lambda f, p: forward(treedef, mask, f, others, p), (floats, params), tangents)
 
     def vjp_by_jvp(treedef, mask, floats, others, params, cotangent):
-        """The gradient as ``ctᵀ J`` with ``J`` built by forward mode (see `FORWARD_MODE_GRAD_FLAGS`)."""
+        """The gradient as ``ctᵀ J`` with ``J`` built by forward mode (see `FORWARD_MODE_GRAD_FLAGS`).
+
+        A complex input is differentiated along its real and imaginary parts (``J_re``, ``J_im``), and its
+        gradient is ``Re(ct·J_re) − i Re(ct·J_im)``: JAX's reverse-mode convention, the conjugate of the real
+        Jacobian's transpose applied to ``conj(ct)`` (``ct·c`` for ``z ↦ c z``, ``conj(ct)`` for ``z ↦ conj(z)``)."""
         inexact = lambda tree: [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-        f = lambda fl, p: inexact(forward(treedef, mask, fl, others, p))
-        jac = jax.jacfwd(f, argnums=(0, 1))(floats, params)  # per output leaf: (d/d floats, d/d params)
+        is_complex = lambda x: jnp.issubdtype(x.dtype, jnp.complexfloating)  # noqa: E731
+        primals = (floats, params)
+        re = jax.tree_util.tree_map(lambda x: x.real if is_complex(x) else x, primals)
+        im = jax.tree_util.tree_map(lambda x: x.imag if is_complex(x) else jnp.zeros_like(x), primals)
+
+        def f(re, im):
+            fl, p = jax.tree_util.tree_map(lambda x, a, b: a + 1j * b if is_complex(x) else a, primals, re, im)
+            return inexact(forward(treedef, mask, fl, others, p))
+        if any(map(is_complex, jax.tree_util.tree_leaves(primals))):
+            jac = jax.jacfwd(f, argnums=(0, 1))(re, im)  # per output leaf: (d/d re, d/d im), each of primals
+            jac_re, jac_im = [j[0] for j in jac], [j[1] for j in jac]
+        else:
+            jac_re, jac_im = jax.jacfwd(f)(re, im), None
         cts = inexact(cotangent)
+        dot = lambda js: sum(jnp.tensordot(ct, j, axes=ct.ndim) for ct, j in zip(cts, js, strict=True))  # noqa: E731
 
         def pull(k):
-            return jax.tree_util.tree_map(
-                lambda *js: sum(jnp.tensordot(ct, j, axes=ct.ndim) for ct, j in zip(cts, js, strict=True)),
-                *[j[k] for j in jac])
+            a = jax.tree_util.tree_map(lambda *js: dot(js), *[j[k] for j in jac_re])
+            if jac_im is None:
+                return a
+            b = jax.tree_util.tree_map(lambda *js: dot(js), *[j[k] for j in jac_im])
+            return jax.tree_util.tree_map(lambda x, ga, gb: (ga.real - 1j * gb.real if is_complex(x) else ga.real)
+                                          .astype(x.dtype), primals[k], a, b)
         return forward(treedef, mask, floats, others, params), (pull(0), pull(1))
 
     def both(treedef, mask, floats, others, params, cotangent, tangents):
@@ -725,7 +744,7 @@ def _largest(tree) -> float:
 
 
 def _grad_by_jvp(case: Case) -> bool:
-    return bool(FORWARD_MODE_GRAD_FLAGS & set(case.graph.flags)) and "complex" not in case.dtype
+    return bool(FORWARD_MODE_GRAD_FLAGS & set(case.graph.flags))
 
 
 def _crash(case, backend, part, exc) -> Failure:

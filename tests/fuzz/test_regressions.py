@@ -269,6 +269,20 @@ def model(backend, inputs, params):
                        ("W5", (24, 4)), ("W6", (3, 4))), frozenset())
 
 
+def _graph_network_mean() -> pg.Program:
+    """A `jraph.GraphNetwork` with a tanh edge update and `jraph.segment_mean` (campaign 20261400, complex64 on a
+    graph with negative and out-of-range receivers, 11 cases per backend)."""
+    lines = ['def update_edge_fn(edges, sent, received, globals_):',
+             '    return {"x": jnp.tanh(jnp.concatenate([sent["h"], received["h"], edges["x"]], -1) @ P["W0"])}',
+             'def update_node_fn(nodes, sent, received, globals_):',
+             '    return {"h": jnp.concatenate([nodes["h"], received["x"]], -1) @ P["W1"]}',
+             'out = jraph.GraphNetwork(update_edge_fn, update_node_fn, '
+             'aggregate_edges_for_nodes_fn=jraph.segment_mean)(graph)']
+    sig = Signature(node_feats=(("h", (8,)),), edge_feats=(("x", (4,)),))
+    return pg.Program("graph_network", _compiled_source(lines, '{"nodes": out.nodes, "edges": out.edges["x"]}'),
+                      sig, (("W0", (20, 4)), ("W1", (12, 8))), frozenset(), complex_ok=True)
+
+
 def _jraph_gat_edge_bias() -> pg.Program:
     """`jraph.GAT` of width-1 features, 2 heads, scores plus an edge feature (campaign 20261128, class b)."""
     lines = [
@@ -507,6 +521,13 @@ CASES = {
     "float16_typed_chain_reassociated": Case(
         _typed_chain_float16(), "float16",
         GraphSpec("batch", frozenset({"duplicates", "isolated", "sources"}), 880), ValueSpec(5833, "huge", ())),
+    # Campaign 20261400: out-of-range receivers, which the reference's forward clamps and its reverse mode drops. The
+    # checker compares gradients with ``ctᵀ J`` by forward mode on such graphs, but not for complex dtypes (jacfwd
+    # needs real inputs): jgnn's gradient, the derivative of its forward, was compared with the reverse-mode one.
+    # Complex inputs are now differentiated along their real and imaginary parts (`checker._compiled`).
+    "complex_gradient_out_of_range_receivers": Case(
+        _graph_network_mean(), "complex64",
+        GraphSpec("dense", frozenset({"negative", "out_of_range", "sources"}), 24362), ValueSpec(0, "normal", ())),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
