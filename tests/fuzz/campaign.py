@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 
+import jax
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.internal.conjecture import engine
@@ -118,6 +119,9 @@ def to_shrink(found: dict, which: str) -> list[tuple[tuple, Found]]:
 
 # ---- chunks in child processes -------------------------------------------------------------------------------
 
+# Batches after which a child drops JAX's compiled executables: campaign 20261400 lost one chunk process to LLVM
+# ("Unable to allocate section memory") about 100 batches in, its compiled code accumulated.
+RELEASE_EVERY = 25
 CHECK = "tests.fuzz.checker:check_batch"  # what a child runs on each batch (``module:function``)
 
 
@@ -141,6 +145,8 @@ def _chunk_worker(chunk_seed: int, batches: int, skip: int, check: str, work: st
         result = check_batch(batch)
         with (work / "results").open("ab") as fh:
             fh.write(pickle.dumps((index[0], batch, result.cases, result.failures)))
+        if (index[0] + 1) % RELEASE_EVERY == 0:
+            jax.clear_caches()
 
     run_chunk(chunk_seed, batches, on_batch)
 
