@@ -72,7 +72,8 @@ class RegionFn(EdgeFn):
         return f"{len(self.ops)} ops"
 
 
-_SIXTEEN_BIT = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+# The 16-bit floats: computed in float32 and rounded once, here and in the linear rewrites (`jgnn.passes`).
+SIXTEEN_BIT = frozenset({np.dtype(jnp.float16), np.dtype(jnp.bfloat16)})
 # Ops that never round: their 16-bit results need no settling (`_settled`).
 _EXACT = frozenset(compat.primitives("""
 abs and bitcast_convert_type ceil clamp clz complex conj copy eq floor ge gt imag is_finite le
@@ -137,12 +138,12 @@ def sixteen_bit_in_f32(run):
     rounding op settled in its dtype (`_settled`)."""
     def wrapped(op, xs):
         dtypes = [np.dtype(jnp.result_type(x)) for x in xs]
-        if op.prim in _ROUNDING and any(d in _SIXTEEN_BIT for d in dtypes):
-            xs = [x.astype(jnp.float32) if d in _SIXTEEN_BIT else x for x, d in zip(xs, dtypes, strict=True)]
+        if op.prim in _ROUNDING and any(d in SIXTEEN_BIT for d in dtypes):
+            xs = [x.astype(jnp.float32) if d in SIXTEEN_BIT else x for x, d in zip(xs, dtypes, strict=True)]
         ys = run(op, xs)
         if op.prim in _EXACT:
             return ys
-        return [_settled(y, v.dtype) if np.dtype(v.dtype) in _SIXTEEN_BIT else y
+        return [_settled(y, v.dtype) if np.dtype(v.dtype) in SIXTEEN_BIT else y
                 for y, v in zip(ys, op.outputs, strict=True)]
     return wrapped
 

@@ -23,10 +23,10 @@ import numpy as np
 from jax import lax
 
 from jgnn import ir
+from jgnn.ops.edge_fn import SIXTEEN_BIT
 from jgnn.ops.gather import gather_p
 from jgnn.ops.segment import segment_p
 from jgnn.passes.context import Builder, Context
-from jgnn.passes.linear_split import NARROW
 from jgnn.passes.typed_matmul import typed_table
 from jgnn.report import Pass, Reason
 
@@ -52,7 +52,7 @@ def _product(b: Builder, op2: ir.Op, x: ir.Atom, per_row, weights: tuple, weight
     ``x @ A`` and then ``(x @ A) @ B``; a weight product rounded to 16 bits is reused by every row and carries its
     rounding into all of them (fuzz campaign 20261400: a float16 gradient 16 times further from float64 than the
     reference's)."""
-    narrow = np.dtype(op2.outputs[0].dtype) in NARROW
+    narrow = np.dtype(op2.outputs[0].dtype) in SIXTEEN_BIT
     f32 = dict(preferred_element_type=np.dtype(np.float32)) if narrow else {}
     (ab,) = b.bind(lax.dot_general_p, list(weights), dict(op2.params, dimension_numbers=weight_dims, **f32))
     if per_row is not None:  # typed weights: the per-type product read through each row's type

@@ -14,16 +14,15 @@ split off only when it has the rank of the other operand, so no rank-0 matmul is
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 from jax import lax
 
 from jgnn import ir
+from jgnn.ops.edge_fn import SIXTEEN_BIT
 from jgnn.ops.gather import gather_p
 from jgnn.passes.context import Builder, Context
 from jgnn.report import Pass, Reason
 
-NARROW = frozenset({np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)})  # floats a matmul accumulates wider
 _SHAPE_ONLY = (lax.reshape_p, lax.broadcast_in_dim_p, lax.convert_element_type_p)
 _THROUGH = _SHAPE_ONLY + (lax.dot_general_p,)
 
@@ -126,7 +125,7 @@ def _split(op: ir.Op, ctx: Context, made_by, b: Builder) -> list[ir.Op] | None:
         combine = [lax.add_p if lhs_op.prim is lax.add_p else lax.sub_p]
     # A bfloat16/float16 matmul accumulates in float32 and rounds once; so do its pieces and their sum, or each
     # piece's rounding would stay in a result that cancels (fuzz campaign 20261127: 13x the reference's error).
-    narrow = np.dtype(op.outputs[0].dtype) in NARROW
+    narrow = np.dtype(op.outputs[0].dtype) in SIXTEEN_BIT
     params = dict(op.params, preferred_element_type=np.dtype(np.float32)) if narrow else op.params
     partial = [ir.new_op(lax.dot_general_p, [a, w], params) for a, w in pieces]
     new_ops += partial
