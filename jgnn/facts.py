@@ -137,12 +137,50 @@ def fixed_rows(ops) -> str | None:
     return None
 
 
-def run_resized(old: int, new: int, axis: int = 0) -> Callable[[Any, list], list]:
+def row_values(program: ir.Program, has_rows: Sequence[bool], old: int, axis: int = 0) -> frozenset[int]:
+    """The ids of ``program``'s values whose ``axis`` is the row axis, given which inputs carry rows there.
+
+    A length alone does not say it: with 4 edges, a dropout mask ``uniform(key, (4,))`` drawn once for all edges
+    has 4 entries and no rows (resizing it to an edge block gave wrong messages: fuzz campaign 20261400). An op
+    that keeps ``axis`` where it is (its `row_axis` rule) ties the values of that length it reads and makes: all
+    of them have rows or none (``vmap`` gives an elementwise op's operands one shape). A broadcast that puts a new
+    ``axis`` on shared data (``vmap`` materialising a shared operand) ties nothing upstream. Rows start at the
+    inputs that have them and at the outputs (messages have rows), and flow through ties and, where an op has no
+    rule, from its inputs to its outputs.
+    """
+    long = lambda a: isinstance(a, ir.Value) and a.ndim > axis and a.shape[axis] == old
+    ties: dict[int, set[int]] = {}
+    flows: list[tuple[set[int], set[int]]] = []
+    for op in program.ops:
+        ins = {a.id for a in op.inputs if long(a)}
+        outs = {v.id for v in op.outputs if long(v)}
+        if not ins or not outs:
+            continue
+        if row_axis(op, [axis if long(a) else None for a in op.inputs]) == axis:
+            for k in ins | outs:
+                ties.setdefault(k, set()).update(ins | outs)
+        else:
+            flows.append(({a.id for a in op.inputs if isinstance(a, ir.Value)}, outs))
+    shared = {v.id for v, r in zip(program.inputs, has_rows, strict=True) if not r}
+    rows: set[int] = set()
+    todo = [v.id for v, r in zip(program.inputs, has_rows, strict=True) if r]
+    todo += [a.id for a in program.outputs if long(a)]
+    while todo:
+        while todo:
+            k = todo.pop()
+            if k not in rows:
+                rows.add(k)
+                todo.extend(t for t in ties.get(k, ()) if t not in shared and t not in rows)
+        todo = [k for ins, outs in flows if ins & rows for k in outs if k not in rows]
+    return frozenset(rows)
+
+
+def run_resized(old: int, new: int, rows: frozenset[int], axis: int = 0) -> Callable[[Any, list], list]:
     """An `ir.evaluate` op runner for a program traced with ``old`` rows along ``axis`` and run with ``new``:
-    each op whose output has ``old`` rows runs with its `resize` params (as an edge block runs a traced region)."""
+    each op with an output among ``rows`` (`row_values`) runs with its `resize` params (as an edge block runs a
+    traced region)."""
     def run(op, xs):
-        params = resize(op, new, axis) if any(_resized(o.shape, old, new, axis) != o.shape
-                                              for o in op.outputs) else op.params
+        params = resize(op, new, axis) if any(o.id in rows for o in op.outputs) else op.params
         out = compat.bind(op.prim, params, xs)
         return list(out) if op.prim.multiple_results else [out]
     return run
@@ -152,7 +190,12 @@ def resized_jaxpr(closed, old: int, new: int, axis: int = 0):
     """``closed`` (a ClosedJaxpr traced with ``old`` rows along ``axis``) traced again with ``new`` rows: the
     inputs with ``old`` rows there get ``new``, and every op inside is resized by its rule."""
     avals = [jax.ShapeDtypeStruct(_resized(tuple(a.shape), old, new, axis), a.dtype) for a in closed.in_avals]
-    return ir.retrace(closed, avals, run_resized(old, new, axis))
+    moved = [a.shape != b.shape for a, b in zip(closed.in_avals, avals, strict=True)]
+
+    def runner(program):
+        has_rows = moved + [False] * (len(program.inputs) - len(moved))  # the consts have no rows
+        return run_resized(old, new, row_values(program, has_rows, old, axis), axis)
+    return ir.retrace(closed, avals, runner)
 
 
 def flops(op) -> float:

@@ -226,10 +226,12 @@ def evaluate(program: Program, args: Sequence[Any], tag: Callable[[Value, Any], 
 
 
 def retrace(closed: jcore.ClosedJaxpr, in_avals: Sequence[Any],
-            run: Callable[[Op, list], list]) -> jcore.ClosedJaxpr:
-    """``closed`` traced again at ``in_avals``, each op run by ``run`` (`evaluate`): a callee whose params hold
-    the shapes it was traced with (a custom_jvp's ``jit``) moved to new ones."""
+            runner: Callable[[Program], Callable[[Op, list], list]]) -> jcore.ClosedJaxpr:
+    """``closed`` traced again at ``in_avals``, each op run by ``runner(program)`` (`evaluate`'s ``run``; it may
+    look at the translated program, inputs then consts): a callee whose params hold the shapes it was traced with
+    (a custom_jvp's ``jit``) moved to new ones."""
     traced = from_closed_jaxpr(closed)
+    run = runner(traced.program)
     return jax.make_jaxpr(lambda *xs: evaluate(traced.program, [*xs, *traced.consts], run=run))(*in_avals)
 
 

@@ -236,6 +236,29 @@ def test_float64_ties_split_the_gradient_in_float64(backend, reduce):
 # ---- (a) integer index arithmetic, E ≤ N ------------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fill", [0.0, "edge"])
+def test_a_shared_vector_as_long_as_the_edge_list_is_not_split_into_edge_blocks(backend, fill):
+    """With 4 edges and 4 features, a dropout mask drawn once for all edges (broadcast along the features) is as
+    long as the edge list; it must not be read as one value per edge, nor ``where``'s fill resized with the edges
+    (fuzz campaign 20261400: wrong messages, or a broadcast that failed, on ``pallas_interpret``)."""
+    key = jax.random.PRNGKey(3)
+
+    def phi(s, d, e):
+        keep = jax.random.uniform(key, (4,)) < 0.5
+        other = 0.0 if fill == 0.0 else e["w"] * d["h"]
+        return {"m": jnp.where(keep, s["h"] * 2.0, other) + d["h"]}
+
+    layer, ref = _pair(phi, lambda mb, node: {"a": jgnn.sum(mb["m"])}, lambda node, agg: {"h": agg["a"]},
+                       backend=backend)
+    rng = np.random.default_rng(11)
+    g = jraph.GraphsTuple(nodes={"h": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)},
+                          edges={"w": jnp.asarray(rng.normal(size=(4, 1)), jnp.float32)},
+                          senders=jnp.array([0, 1, 2, 0]), receivers=jnp.array([1, 2, 0, 0]),
+                          n_node=jnp.array([3]), n_edge=jnp.array([4]), globals=None)
+    check_against_reference(_h(layer), _h(ref), g)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_typed_weights_with_fewer_edges_than_nodes(backend):
     rng = np.random.default_rng(11)
     g = _graph(rng, 30, 12, 6, edge_types=3, node_types=2)

@@ -65,8 +65,14 @@ class RegionFn(EdgeFn):
         if lanes:
             return _evaluate_lanes(program, rows, next((np.shape(x) for x in rows if np.ndim(x) == 2), None))
         block = next((np.shape(x)[0] for x, w in zip(rows, self.whole, strict=True) if not w), self.rows)
-        run = facts.run_resized(self.rows, block) if block != self.rows else (lambda op, xs: op.run(*xs))
+        run = (facts.run_resized(self.rows, block, self._row_values) if block != self.rows
+               else (lambda op, xs: op.run(*xs)))
         return ir.evaluate(program, rows, run=sixteen_bit_in_f32(run))
+
+    @functools.cached_property
+    def _row_values(self) -> frozenset[int]:
+        program = ir.Program(list(self.inputs), list(self.outputs), list(self.ops))
+        return facts.row_values(program, [not w for w in self.whole], self.rows)
 
     def describe(self) -> str:
         return f"{len(self.ops)} ops"
@@ -154,7 +160,7 @@ def _evaluate_lanes(program: ir.Program, args, tile) -> list:
     custom_jvp call (`jax.nn.relu`) runs with its callee and JVP traced again on tiles, its rule kept."""
     def retile(closed):  # each input with an axis becomes one tile
         return ir.retrace(closed, [jax.ShapeDtypeStruct(tile if a.ndim else (), a.dtype) for a in closed.in_avals],
-                          run)
+                          lambda _: run)
 
     def lanes(op, xs):
         if op.prim in facts.SHAPE_ONLY:

@@ -109,6 +109,21 @@ class Operands:
     wrap: set[bool]
 
 
+def _rows_at_zero(region: Region, leaf: ir.Value) -> bool:
+    """Whether the region reads a shared ``leaf`` of ``E`` rows as one row per edge (``arange(E)[:, None]``),
+    not as a vector that happens to be ``E`` long (with 4 edges, a dropout mask ``uniform(key, (4,))``
+    broadcast along the features): every op it reaches keeps its axis 0 on the edge axis."""
+    axes = {leaf.id: 0}
+    for op in region.ops:
+        ins = [axes.get(a.id) if isinstance(a, ir.Value) else None for a in op.inputs]
+        if all(a is None for a in ins):
+            continue
+        if facts.row_axis(op, ins) != 0:
+            return False
+        axes.update((v.id, 0) for v in op.outputs)
+    return True
+
+
 def classify(region: Region, ctx: Context, made_by, e: int) -> Operands | None:
     found = Operands([], [], [], {}, set())
     order = {Group.SRC: 0, Group.DST: 1, Group.EDGE: 2, Group.SHARED: 3}
@@ -126,7 +141,7 @@ def classify(region: Region, ctx: Context, made_by, e: int) -> Operands | None:
         elif info.residency == Residency.EDGE and info.axis == 0 and not info.expanded and leaf.shape[:1] == (e,):
             rows.append((order[Group.EDGE], leaf, leaf, Group.EDGE))
         elif info.residency == Residency.SHARED and not (info.expanded and leaf.shape[:1] == (e,)):
-            aligned = not info.expanded and leaf.ndim > 0 and leaf.shape[0] == e  # arange(E): one row per edge
+            aligned = not info.expanded and leaf.ndim > 0 and leaf.shape[0] == e and _rows_at_zero(region, leaf)
             group = Group.EDGE if aligned else Group.SHARED
             rows.append((order[group], leaf, leaf, group))
         else:

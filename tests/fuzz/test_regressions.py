@@ -243,6 +243,31 @@ def model(backend, inputs, params):
                       (("W0", (3, 8)), ("W1", (2, 4)), ("W2", (3, 8)), ("W3", (2, 4))), frozenset())
 
 
+def _dropout_mask_as_long_as_the_edge_list() -> pg.Program:
+    """A dropout mask ``uniform(key, (4,))`` drawn once for all 4 edges, and a split (campaign 20261400, 270
+    float64 cases on ``pallas_interpret``)."""
+    source = """
+def model(backend, inputs, params):
+    P = params
+    key = inputs["key"]
+    def phi(src, dst, edge):
+        p1 = jnp.split(dst["h"], 2)[1]
+        p3 = p1 * p1
+        p4 = jnp.where((jax.random.uniform(key, (4,), jnp.float32) < 0.75), p3 / 0.75, 0.0)
+        return {"m0": p4, "m1": p1}
+    def rho(mb, node):
+        return {"a_m0": jgnn.sum(mb["m0"] * node["h"][0]), "a_m1": jgnn.sum(jnp.tanh(mb["m1"]))}
+    def psi(node, agg):
+        q1 = jnp.concatenate([agg["a_m0"].reshape(-1), agg["a_m1"].reshape(-1)])
+        return {"h": jnp.tanh(q1 @ P["W0"]) @ P["W1"] + node["h"] @ P["W2"]}
+    layer = jgnn.message_passing(phi, rho, psi, backend=backend)
+    return layer(inputs["graph"]).nodes
+"""
+    sig = Signature(edge_feats=(("b", (2,)),), edge_types=3, extras=(("key", "raw"),))
+    return pg.Program("message_passing", source, sig, (("W0", (8, 8)), ("W1", (8, 4)), ("W2", (8, 4))),
+                      frozenset({"dropout"}))
+
+
 def _typed_chain_float16() -> pg.Program:
     """``h[src] @ W0[type] @ W1[type]``, reassociated to ``h[src] @ (W0 @ W1)[type]`` (campaign 20261400, float16
     gradients, 2 cases per backend)."""
@@ -528,6 +553,13 @@ CASES = {
     "complex_gradient_out_of_range_receivers": Case(
         _graph_network_mean(), "complex64",
         GraphSpec("dense", frozenset({"negative", "out_of_range", "sources"}), 24362), ValueSpec(0, "normal", ())),
+    # Campaign 20261400 (270 float64 cases, 4 signatures): with 4 edges, the fusion pass took the shared dropout
+    # mask (4 values, broadcast along the features) for one value per edge, and an edge block resized ops by their
+    # length alone: wrong messages, or a broadcast that failed. `fusion._rows_at_zero` and `facts.row_values`
+    # decide rows by data flow.
+    "dropout_mask_as_long_as_the_edge_list": Case(
+        _dropout_mask_as_long_as_the_edge_list(), "float64", GraphSpec("sparse", frozenset({"negative"}), 1935),
+        ValueSpec(42, "normal", (Pattern("near_ties", "graph.edges.b"),))),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
