@@ -368,3 +368,28 @@ def test_models_follow_dtype_and_param_dtype(name):
     full = output(make().apply(jax.tree_util.tree_map(lambda p: p.astype(jnp.float32), params), *args))
     assert full.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(full), rtol=0.1, atol=0.1)
+
+
+@pytest.mark.parametrize("backend", ["xla", pytest.param("pallas_interpret", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["jknet_sage", "pinsage", "pgnn"])
+def test_models_equal_reference_in_forward_reverse_and_forward_mode(name, backend):
+    """The whole models, not only their convolutions: outputs, ``grad`` and ``jvp`` in the parameters and the
+    node features equal the reference's."""
+    rng = np.random.default_rng(18)
+    g = _random_graph(rng, 20, 50)
+    anchors = jgnn.nn.anchor_neighborhood(jgnn.nn.hop_similarity(np.asarray(g.senders), np.asarray(g.receivers),
+                                                                 20), np.random.default_rng(1))
+    make, extra = {
+        "jknet_sage": (lambda b: jgnn.nn.JKNet(6, 3, conv="sage", mode="max", backend=b), ()),
+        "pinsage": (lambda b: jgnn.nn.PinSage(6, 3, top_k=4, backend=b), (jax.random.key(1),)),
+        "pgnn": (lambda b: jgnn.nn.PGNN(6, backend=b), (anchors,)),
+    }[name]
+    params = make("reference").init(jax.random.key(0), g, *extra)
+
+    def run(module):
+        def apply(p, x):
+            out = module.apply(p, g._replace(nodes=x), *extra)
+            return out[0] if isinstance(out, tuple) else out
+        return apply
+
+    check_against_reference(run(make(backend)), run(make("reference")), params, g.nodes, terms=8)

@@ -421,7 +421,7 @@ class SoftmaxRowDot(EdgeFn):
         alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
         if self.top:
             return [jnp.where(hit, p, jnp.full((), -jnp.inf, p.dtype))]
-        p = p - _kept(rows[n + 3], keep)
+        p = _centre(p, _kept(rows[n + 3], keep))
         if not self.centred:
             return [alpha * p]
         return [alpha * (p - _kept(rows[n + 4], keep)), hit.astype(alpha.dtype)]
@@ -456,9 +456,17 @@ class SoftmaxVjp(EdgeFn):
         keep = rows[-1] if self.masked else None
         alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
         share = jnp.where(hit, c / jnp.maximum(k, 1), jnp.zeros((), alpha.dtype))
-        d_s = alpha * (p - _kept(pivot, keep) - _kept(r, keep)) - share
+        d_s = alpha * (_centre(p, _kept(pivot, keep)) - _kept(r, keep)) - share
         g = _kept(g, keep)
         return list(pull([d_s.astype(s.dtype), (_trail(alpha, v) * g).astype(v.dtype)]))
+
+
+def _centre(p, pivot):
+    """``p − P``, exactly 0 where ``p`` equals the pivot: a kernel may fuse the product ``p = g·V`` into the
+    subtraction (a multiply-add, which skips rounding ``p``), and at ``|p|`` near 1e19 the edge that set the pivot
+    got the product's rounding error, 1.2e11, as its score cotangent where the reference's is 0 (fuzz campaign
+    20261400, float32 on ``pallas_interpret``)."""
+    return jnp.where(p == pivot, jnp.zeros((), p.dtype), p - pivot)
 
 
 def _kept(x, keep):
