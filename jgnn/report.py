@@ -47,6 +47,7 @@ class Reason(enum.StrEnum):
     SAME_PROVENANCE = "same_provenance"
     SPLIT_DIM_NOT_CONTRACTED = "split_dim_not_contracted"
     CANCELLING_DIFFERENCE = "cancelling_difference"
+    BROADCAST_PIECE = "broadcast_piece"
     REASSOCIATED = "reassociated"
     REASSOCIATION_COSTS_MORE = "reassociation_costs_more"
     MATMUL_BEFORE_REDUCTION = "matmul_before_reduction"
@@ -135,6 +136,7 @@ MESSAGES: dict[Reason, str] = {
     Reason.SPLIT_SUM: "({pieces}) @ W split into {n} matmuls so each can move to its own rows",
     Reason.SAME_PROVENANCE: "{op} feeding dot_general: operands come through the same index, nothing to split",
     Reason.SPLIT_DIM_NOT_CONTRACTED: "concatenate feeding dot_general along a dimension that is not contracted",
+    Reason.BROADCAST_PIECE: "{op} feeding dot_general has a piece broadcast along a unit axis: it does not fit W",
     Reason.CANCELLING_DIFFERENCE: "(x[{a}] - x[{b}]) @ W kept per edge: neighbours' features cancel in the difference, "
                                   "and x[{a}] @ W - x[{b}] @ W would keep the rounding of the large terms",
     Reason.REASSOCIATED: "{form} → {to}: {before:.3g} → {after:.3g} FLOPs",

@@ -457,3 +457,27 @@ def test_table_beside_the_graph_is_read_as_endpoint_rows(backend):
     (fused,) = [d for d in report.decisions if d.code == Reason.FUSED_REDUCE]
     assert (fused.get("src_operands"), fused.get("dst_operands"), fused.get("edge_operands")) == (1, 1, 0)
     check_against_reference(compiled, model, graph, table)
+
+
+@pytest.mark.parametrize("backend", ["xla", "pallas_interpret"])
+def test_a_difference_with_a_piece_broadcast_along_a_unit_axis_is_not_split(backend):
+    """``(x_e − h[src]) @ W`` with ``h`` one feature wide: ``h[src]`` is broadcast along the features before the
+    difference, so ``h @ W`` does not fit; the matmul stays whole and says why (fuzz campaign 20261500: the
+    split matmul crashed, 123 float64 cases per backend and mode)."""
+    rng = np.random.default_rng(21)
+    w = jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)
+
+    def phi(s, d, e):
+        return {"m": jnp.tanh((e["x"] - s["h"]) @ w)}
+
+    parts = (phi, lambda mb, node: {"a": jgnn.sum(mb["m"])}, lambda node, agg: {"h": agg["a"]})
+    layer, ref = (jgnn.message_passing(*parts, backend=b) for b in (backend, "reference"))
+    n, e = 6, 15
+    graph = jraph.GraphsTuple(nodes={"h": jnp.asarray(rng.normal(size=(n, 1)), jnp.float32)},
+                              edges={"x": jnp.asarray(rng.normal(size=(e, 4)), jnp.float32)},
+                              senders=jnp.asarray(rng.integers(0, n, e), jnp.int32),
+                              receivers=jnp.asarray(rng.integers(0, n, e), jnp.int32),
+                              n_node=jnp.array([n]), n_edge=jnp.array([e]), globals=None)
+    report = jgnn.explain(layer, graph)
+    assert Reason.BROADCAST_PIECE in report.codes(Pass.LINEAR_SPLIT, applied=False)
+    check_against_reference(lambda g: layer(g).nodes, lambda g: ref(g).nodes, graph)

@@ -106,6 +106,11 @@ def _split(op: ir.Op, ctx: Context, made_by, b: Builder) -> list[ir.Op] | None:
         return None
     if any(a.ndim != op.inputs[0].ndim for a in lhs_op.inputs):
         return None  # a broadcast scalar (x[s] + 1.0): a rank-0 piece cannot be a matmul operand
+    if lhs_op.prim is not lax.concatenate_p and any(a.shape != op.inputs[0].shape for a in lhs_op.inputs):
+        # a piece broadcast along a unit axis (x[e] − h[src] with h one feature wide): it does not fit W
+        # (fuzz campaign 20261500: 123 float64 cases per backend and mode crashed in the split matmul)
+        ctx.skipped(Pass.LINEAR_SPLIT, Reason.BROADCAST_PIECE, op=lhs_op.name)
+        return None
     wheres = {_where(ctx, a, made_by) for a in lhs_op.inputs}
     if len(wheres) < 2:
         ctx.skipped(Pass.LINEAR_SPLIT, Reason.SAME_PROVENANCE, op=lhs_op.name)

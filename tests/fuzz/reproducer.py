@@ -159,9 +159,9 @@ show(ref, got)
 CUDA_LOWERING = '''
 from pallas_kernels import compat
 
-floats, rebuild = split(inputs)
-f = lambda fl, p: model("pallas", rebuild(fl), p)
-shapes = jax.eval_shape(lambda fl, p: model("reference", rebuild(fl), p), floats, params)
+floats, others, rebuild = split(inputs)
+f = lambda fl, p: model("pallas", rebuild(fl, others), p)
+shapes = jax.eval_shape(lambda fl, p: model("reference", rebuild(fl, others), p), floats, params)
 ct = jax.tree_util.tree_map(lambda s: np.ones(s.shape, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact)
                             else np.zeros(s.shape, jax.dtypes.float0), shapes)
 compat.export_cuda_mlir(lambda fl, p, c: jax.vjp(f, fl, p)[1](c), floats, params, ct)  # raises here
