@@ -243,20 +243,6 @@ def model(backend, inputs, params):
                       (("W0", (3, 8)), ("W1", (2, 4)), ("W2", (3, 8)), ("W3", (2, 4))), frozenset())
 
 
-def _jraph_gat_with_edge_bias() -> pg.Program:
-    """`jraph.GAT` with 2 heads of width 1 and an edge feature added to the scores (campaign 20261400)."""
-    lines = [
-        'query = lambda x: (x @ P["W0"]).reshape(x.shape[0], 2, 1)',
-        'logit = lambda sent, received, edges: jax.nn.leaky_relu(jnp.sum(sent * P["W1"] + received * P["W2"], '
-        '-1) + edges["b"], 0.2)[..., None]',
-        "update = lambda x: jax.nn.elu(x.reshape(x.shape[0], -1))",
-        'out = jraph.GAT(query, logit, update)(graph._replace(nodes=graph.nodes["h"]))',
-    ]
-    sig = Signature(node_feats=(("h", (8,)),), edge_feats=(("b", (2,)),))
-    return pg.Program("jraph_gat", _compiled_source(lines, '{"h": out.nodes}'), sig,
-                      (("W0", (8, 2)), ("W1", (2, 1)), ("W2", (2, 1))), frozenset({"jraph_gat"}))
-
-
 def _dropout_mask_as_long_as_the_edge_list() -> pg.Program:
     """A dropout mask ``uniform(key, (4,))`` drawn once for all 4 edges, and a split (campaign 20261400, 270
     float64 cases on ``pallas_interpret``)."""
@@ -322,8 +308,9 @@ def _graph_network_mean() -> pg.Program:
                       sig, (("W0", (20, 4)), ("W1", (12, 8))), frozenset(), complex_ok=True)
 
 
-def _jraph_gat_edge_bias() -> pg.Program:
-    """`jraph.GAT` of width-1 features, 2 heads, scores plus an edge feature (campaign 20261128, class b)."""
+def _jraph_gat_edge_bias(width: int = 1) -> pg.Program:
+    """`jraph.GAT` of features ``width`` wide, 2 heads of width 1, scores plus an edge feature (campaign 20261128,
+    class b; width 8: campaign 20261400)."""
     lines = [
         'query = lambda x: (x @ P["W0"]).reshape(x.shape[0], 2, 1)',
         'logit = lambda sent, received, edges: jax.nn.leaky_relu(jnp.sum(sent * P["W1"] + received * P["W2"], '
@@ -331,9 +318,9 @@ def _jraph_gat_edge_bias() -> pg.Program:
         "update = lambda x: jax.nn.elu(x.reshape(x.shape[0], -1))",
         'out = jraph.GAT(query, logit, update)(graph._replace(nodes=graph.nodes["h"]))',
     ]
-    sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("b", (2,)),))
+    sig = Signature(node_feats=(("h", (width,)),), edge_feats=(("b", (2,)),))
     return pg.Program("jraph_gat", _compiled_source(lines, '{"h": out.nodes}'), sig,
-                      (("W0", (1, 2)), ("W1", (2, 1)), ("W2", (2, 1))), frozenset({"jraph_gat"}))
+                      (("W0", (width, 2)), ("W1", (2, 1)), ("W2", (2, 1))), frozenset({"jraph_gat"}))
 
 
 def _index_gathered_softmax() -> pg.Program:
@@ -578,7 +565,7 @@ CASES = {
     # multiply-add), so the edge that set the pivot P, at |p| near 1e19, got the product's rounding error as its
     # score cotangent: an edge-feature gradient 1.2e11 where the reference's is 0. `edge_fn._centre`.
     "attention_pivot_edge_scores_cotangent_zero": Case(
-        _jraph_gat_with_edge_bias(), "float32", GraphSpec("padded", frozenset(), 5445),
+        _jraph_gat_edge_bias(8), "float32", GraphSpec("padded", frozenset(), 5445),
         ValueSpec(11299, "huge", (Pattern("neginf", "graph.edges.b"), Pattern("neginf_prefix", "graph.edges.b")))),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
