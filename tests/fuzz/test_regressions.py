@@ -1,5 +1,5 @@
-"""Cases the fuzzer found, pinned: each is checked in the fast tier as the fuzzer checks it (its CUDA lowering in
-the slow tier, unless that check found it).
+"""Cases the fuzzer found, pinned: each is checked as the fuzzer checks it, on `pallas_interpret` in the fast tier
+and on `xla` with its CUDA lowering in the slow tier.
 
 A CI run's derandomized draw and a developer's can differ in what they catch (the huge-magnitude cases depend
 on each machine's floating-point code generation), so a case that once failed is kept here, built from its
@@ -575,25 +575,29 @@ CASES = {
 }
 
 
-# The cases found by the CUDA lowering check; every other case's lowering is checked in the slow tier, where its
-# 3-11 s of `jax.export` per case fit.
+# The fast tier checks each case on `pallas_interpret`, which runs every rewrite and every kernel; the slow tier
+# checks it on `xla` and its CUDA lowering too (3-11 s of `jax.export` per case), except where that check found it.
 FOUND_BY_LOWERING = frozenset({"concat_globals_cuda_lowering"})
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_pinned_case_matches_reference(name):
+def _check(name: str, backend: str) -> None:
     explained, report = checker.check_explain(CASES[name])  # as `checker.check_batch` does
-    failures = explained + checker.check_case(CASES[name], reassociated=checker.reassociates(report))
-    if name in FOUND_BY_LOWERING:
+    failures = explained + checker.check_case(CASES[name], backends=(backend,),
+                                              reassociated=checker.reassociates(report))
+    if (backend == "pallas_interpret") == (name in FOUND_BY_LOWERING):
         failures += checker.check_cuda_lowering(CASES[name])
     assert not failures, [(f.kind, f.mode, f.backend, f.where) for f in failures]
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_pinned_case_matches_reference(name):
+    _check(name, "pallas_interpret")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(CASES) - FOUND_BY_LOWERING))
-def test_pinned_case_lowers_for_cuda(name):
-    failures = checker.check_cuda_lowering(CASES[name])
-    assert not failures, [(f.kind, f.mode, f.backend, f.where) for f in failures]
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_pinned_case_matches_reference_on_xla_and_lowers_for_cuda(name):
+    _check(name, "xla")
 
 
 def test_typed_chain_case_is_reassociated_and_has_untainted_outputs():
