@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgnn import compat, facts, ir
+from jgnn.ops import rounding
 
 
 class EdgeFn:
@@ -320,7 +321,7 @@ class SoftmaxTangent(EdgeFn):
         n = self.base.n_in
         primals, tangents, (m, l, total, shift) = rows[:n], rows[n:-4], rows[-4:]
         (s, v), (ds, dv) = _jvp(self.base, primals, self.slots, tangents, lanes)
-        alpha = softmax_weight(s, m, l)
+        alpha = softmax_weight(s, m, l, _score_bound(self.base, primals, lanes))
         d_alpha = alpha * (ds - shift) - alpha * total
         return [(_trail(d_alpha, v) * v + _trail(alpha, v) * dv).astype(v.dtype)]
 
@@ -348,10 +349,11 @@ class WeightTangent(EdgeFn):
         stats = rows[n + len(self.slots):]
         primals, tangents = rows[:n], rows[n:n + len(self.slots)]
         (s,), (ds,) = _jvp(self.base, primals, self.slots, tangents, lanes)
+        bound = _score_bound(self.base, primals, lanes)
         if not self.normalized:
-            return [softmax_weight(s, stats[0], 1) * ds]
+            return [softmax_weight(s, stats[0], 1, bound) * ds]
         m, l, shift = stats
-        return [softmax_weight(s, m, l) * (ds - shift)]
+        return [softmax_weight(s, m, l, bound) * (ds - shift)]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -418,7 +420,7 @@ class SoftmaxRowDot(EdgeFn):
         m, l, g = rows[n:n + 3]
         s, v = self.base.apply(rows[:n], lanes=lanes)
         keep = rows[-1] if self.masked else None
-        alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
+        alpha, p, hit = _attention_terms(s, v, m, l, g, keep, _score_bound(self.base, rows[:n], lanes))
         if self.top:
             return [jnp.where(hit, p, jnp.full((), -jnp.inf, p.dtype))]
         p = _centre(p, _kept(rows[n + 3], keep))
@@ -454,7 +456,7 @@ class SoftmaxVjp(EdgeFn):
         m, l, g, pivot, r, c, k = rows[n:n + 7]
         (s, v), pull = jax.vjp(_moving(self.base, rows[:n], self.slots, lanes), *(rows[i] for i in self.slots))
         keep = rows[-1] if self.masked else None
-        alpha, p, hit = _attention_terms(s, v, m, l, g, keep)
+        alpha, p, hit = _attention_terms(s, v, m, l, g, keep, _score_bound(self.base, rows[:n], lanes))
         share = jnp.where(hit, c / jnp.maximum(k, 1), jnp.zeros((), alpha.dtype))
         d_s = alpha * (_centre(p, _kept(pivot, keep)) - _kept(r, keep)) - share
         g = _kept(g, keep)
@@ -477,9 +479,9 @@ def _kept(x, keep):
     return jnp.where(_trail(keep, x), x, jnp.zeros((), x.dtype))
 
 
-def _attention_terms(s, v, m, l, g, keep):
+def _attention_terms(s, v, m, l, g, keep, bound=None):
     """``(α_e, p_e = g_v·V_e, e attains the max)``, with ``g`` zero and no max on edges ``keep`` drops."""
-    alpha = softmax_weight(s, m, l)
+    alpha = softmax_weight(s, m, l, bound)
     hit = attains_max(s, m)
     g, hit = _kept(g, keep), _kept(hit, keep)
     return alpha, _sum_to(g * v, np.shape(s), alpha.dtype), hit
@@ -520,6 +522,12 @@ def _moving(base: EdgeFn, args, slots, lanes):
     return at
 
 
+def _score_bound(base: EdgeFn, rows, lanes):
+    """The rounding bound of ``base``'s first output, the scores (`jgnn.ops.rounding`; None if a primitive has no
+    rule): a recomputed score is compared with the forward's max within it (`snaps_to_max`)."""
+    return rounding.bound(lambda *r: base.apply(list(r), lanes=lanes)[0], *rows)[1][0]
+
+
 def _jvp(base: EdgeFn, primals, slots, tangents, lanes):
     """``jax.jvp`` of ``base.apply`` in the operands at ``slots`` (the others held at ``primals``)."""
     return jax.jvp(_moving(base, primals, slots, lanes), tuple(primals[k] for k in slots), tuple(tangents))
@@ -545,7 +553,7 @@ class Zeroed(EdgeFn):
         return self.base.apply(args, lanes=lanes)
 
 
-def softmax_weight(s, m, l):
+def softmax_weight(s, m, l, bound=None):
     """``exp(s − m) / l``: one edge's softmax weight from its row's max and normaliser (both saved per node, not
     a log-sum-exp: ``m + log l`` loses ``log l`` when ``m`` is large, e.g. −1e9 masks in float32).
 
@@ -559,10 +567,10 @@ def softmax_weight(s, m, l):
     gradient 16% off). The snapped exponent is ``z − stop_gradient(z)``, not a constant 0: zero in value, it keeps
     the derivative in ``s`` that second-order derivatives read. NaN passes.
     """
-    return shifted_exp(s, m) / l
+    return shifted_exp(s, m, bound) / l
 
 
-def shifted_exp(s, m):
+def shifted_exp(s, m, bound=None):
     """``exp(s − m)``, with a score that `snaps_to_max` taken as attaining it (`softmax_weight`). The forward pass
     uses it too: XLA recomputes a score inside ``s − m`` with its last product fused (a multiply-add), and at
     scores near 1e19 the ulp that costs turned every edge of a row, the max's included, into ``exp(−1e12) = 0``:
@@ -570,7 +578,7 @@ def shifted_exp(s, m):
     z = s - m
     # only a finite exponent snaps: a score read against another row's max (a wrapped negative id) is infinitely
     # above an empty row's −inf, and exp(+inf) = inf, where z − z would make NaN (campaign 20261205)
-    return jnp.exp(jnp.where(snaps_to_max(s, m) & jnp.isfinite(z), z - jax.lax.stop_gradient(z), z))
+    return jnp.exp(jnp.where(snaps_to_max(s, m, bound) & jnp.isfinite(z), z - jax.lax.stop_gradient(z), z))
 
 
 # `attains_max` counts ulps of the dtype: a kernel's recomputed bfloat16 score misses the max by an ulp, and a tie
@@ -584,14 +592,18 @@ MAX_ULPS = 4  # the fuzzer's GAT case with float32 scores near 1e20 misses by 3 
 SNAP_WIDTH = 0.5
 
 
-def _window(s, m, *, computed: bool = False):
+def _window(s, m, *, computed: bool = False, bound=None):
     """``(m, MAX_ULPS ulps of m)``: ulps of ``s``'s dtype, or with ``computed`` of the precision it is computed in
-    (float32, or float64 for float64)."""
+    (float32, or float64 for float64). With the score's rounding ``bound`` (`jgnn.ops.rounding`), at least twice
+    that: the forward's score and the recomputed one each round by up to it."""
     m = m.astype(s.dtype)
     eps = float(jnp.finfo(s.dtype).eps)
     if computed:
         eps = min(eps, float(jnp.finfo(jnp.float32).eps))
-    return m, MAX_ULPS * jnp.asarray(eps, s.dtype) * jnp.abs(m)
+    width = MAX_ULPS * jnp.abs(m)
+    if bound is not None:
+        width = jnp.maximum(width, 2 * bound.astype(s.dtype))
+    return m, jnp.asarray(eps, s.dtype) * width
 
 
 def attains_max(s, m):
@@ -601,12 +613,12 @@ def attains_max(s, m):
     return s >= m - width
 
 
-def snaps_to_max(s, m):
+def snaps_to_max(s, m, bound=None):
     """Whether a recomputed score's softmax weight is taken as ``exp(0)`` (`softmax_weight`): it attains the max
     within `MAX_ULPS` ulps of float32 (of float64 for float64) and that window is wider than `SNAP_WIDTH` in the
     exponent (float32, bfloat16 and float16 beyond about 1e6, float64 beyond about 5e14; always for an infinite
     max)."""
-    m, width = _window(s, m, computed=True)
+    m, width = _window(s, m, computed=True, bound=bound)
     return (s >= m - width) & (width > SNAP_WIDTH)
 
 
