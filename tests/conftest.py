@@ -37,10 +37,10 @@ MOVED_TO_SLOW_TIER = frozenset(
 
 
 def _beyond_each_value_once(items) -> list:
-    """The fast tier runs each parameter value of a parametrized test at least once; the rest of the cross product
-    runs in the slow tier. In collection order, a case stays fast when it brings a value (of any argument) that no
-    earlier fast case of its test had: with ``name`` x ``backend``, every name and every backend is run, but not
-    every pair."""
+    """The fast tier runs each parameter value of a parametrized test once (unless tests/slow_tier.txt moves the
+    case that brought it); the rest of the cross product runs in the slow tier. In collection order, a case stays
+    fast when it brings a value (of any argument) that no earlier fast case of its test had: with ``name`` x
+    ``backend``, every name and every backend is run, but not every pair."""
     seen: dict[str, set] = {}
     moved = []
     for item in items:

@@ -615,8 +615,9 @@ def attains_max(s, m):
 
 def snaps_to_max(s, m, bound=None):
     """Whether a recomputed score's softmax weight is taken as ``exp(0)`` (`softmax_weight`): it attains the max
-    within `MAX_ULPS` ulps of float32 (of float64 for float64) and that window is wider than `SNAP_WIDTH` in the
-    exponent (float32, bfloat16 and float16 beyond about 1e6, float64 beyond about 5e14; always for an infinite
+    within `MAX_ULPS` ulps of float32 (of float64 for float64), or within twice its rounding ``bound`` where that
+    is wider (a score whose terms cancel), and that window is wider than `SNAP_WIDTH` in the exponent (float32,
+    bfloat16 and float16 beyond about 1e6, float64 beyond about 5e14, without a bound; always for an infinite
     max)."""
     m, width = _window(s, m, computed=True, bound=bound)
     return (s >= m - width) & (width > SNAP_WIDTH)
