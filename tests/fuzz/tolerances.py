@@ -49,6 +49,11 @@ softmax score inside ``s − max``, against the max of the rounded score), and a
 difference is inf. A gradient by forward mode (ids out of range) may also match the reference's reverse-mode
 one (`checker.REVERSE_MODE_GRAD`).
 
+A part that still fails may be as far from the oracle as the rounded oracle is (`rounded`: the program with
+every operation rounded once to its dtype): jitted, XLA keeps excess precision between the ops it fuses, so a
+bfloat16 reference that sums per-edge products it never rounds can be far nearer float64 than its own program,
+which a backend that rounds a node-level product before the sum equals (campaign 20261600).
+
 A derivative of unit-scale values that still fails gets one more allowance: ``E(r − o)`` becomes at least how
 far the reference's own derivative moves, anywhere in the leaf, when the parameters move by up to 64 float32
 ulps (`checker.Oracle.spread`). A max's derivative jumps where two edges' messages are within rounding of each
