@@ -36,6 +36,12 @@ def test_custom_derivative_functions_and_calls_are_bounded_inside():
     assert bound is not None and np.all(np.asarray(bound) > 0)
 
 
+def test_bounds_are_magnitudes_through_negation_and_subtraction():
+    (y,), (bound,) = rounding.bound(lambda x, w: -(x @ w) - x[0], jnp.array([3.0, -1.0], jnp.float32),
+                                    jnp.array([1.0, 2.0], jnp.float32))
+    assert float(y) == -4.0 and float(bound) >= 2 * 5.0  # the dot's terms (3 and 2) twice, and its own rounding
+
+
 def test_a_primitive_without_a_rule_gives_no_bound():
     (_,), (bound,) = rounding.bound(lambda x: jax.lax.erf(x) + x, jnp.ones((3,), jnp.float32))
     assert bound is None

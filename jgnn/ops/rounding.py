@@ -51,9 +51,10 @@ def _bind(prim, args, params):
 
 
 for _p in (lax.reshape_p, lax.broadcast_in_dim_p, lax.squeeze_p, lax.transpose_p, lax.slice_p,
-           lax.concatenate_p, lax.rev_p, lax.copy_p, lax.neg_p, lax.reduce_max_p, lax.reduce_min_p):
+           lax.concatenate_p, lax.rev_p, lax.copy_p, lax.reduce_max_p, lax.reduce_min_p):
     RULES[_p] = _structural(_p)
 RULES[lax.abs_p] = lambda ins, bounds, outs, **_: [bounds[0]]
+RULES[lax.neg_p] = RULES[lax.abs_p]  # exact: a bound is a magnitude, so it keeps its sign
 RULES[lax.sign_p] = lambda ins, bounds, outs, **_: [jnp.zeros_like(outs[0])]
 RULES[lax.select_n_p] = lambda ins, bounds, outs, **_: [lax.select_n(ins[0], *bounds[1:])]
 RULES[lax.add_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], *bounds)]
