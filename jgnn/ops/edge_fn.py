@@ -601,8 +601,9 @@ def _window(s, m, *, computed: bool = False, bound=None):
     if computed:
         eps = min(eps, float(jnp.finfo(jnp.float32).eps))
     width = MAX_ULPS * jnp.abs(m)
-    if bound is not None:
-        width = jnp.maximum(width, 2 * bound.astype(s.dtype))
+    if bound is not None:  # an overflowed bound (terms past the range) says nothing: the ulps of m stand
+        bound = bound.astype(s.dtype)
+        width = jnp.where(jnp.isfinite(bound), jnp.maximum(width, 2 * bound), width)
     return m, jnp.asarray(eps, s.dtype) * width
 
 

@@ -45,6 +45,21 @@ def _jraph_gat(width: int = 8, head_width: int = 4) -> pg.Program:
                                                  ("W2", (2, head_width))), frozenset({"jraph_gat"}))
 
 
+def _typed_differences_softmax() -> pg.Program:
+    """Typed messages from the difference of the endpoints, scaled by an edge feature, weighted by a jraph softmax
+    of their own scores (campaign 20261600)."""
+    lines = ['x = graph.nodes["h"]',
+             "s, r = graph.senders, graph.receivers",
+             "n = x.shape[0]",
+             'm = jnp.einsum("ef,efk->ek", x[s] - x[r], P["W0"][graph.edges["type"]])',
+             'm = (m * graph.edges["x"][:, :1]) @ P["W1"]',
+             'agg = jax.ops.segment_sum(m * jraph.segment_softmax(jnp.sum(m * P["W2"], -1), r, n)[:, None], r, n)']
+    source = _compiled_source(lines, '{"h": agg}')
+    sig = Signature(node_feats=(("h", (3,)),), edge_feats=(("x", (4,)),), edge_types=3)
+    return pg.Program("segments", source, sig, (("W0", (3, 3, 4)), ("W1", (4, 8)), ("W2", (8,))),
+                      frozenset({"typed_weight"}))
+
+
 def _typed_chain_max() -> pg.Program:
     """Two typed matmuls after the source gather, then a max: `linear_reorder` makes ``x[s] @ (W0 @ W1)[t]``."""
     lines = ['x = graph.nodes["h"]',
@@ -609,6 +624,11 @@ CASES = {
     "bfloat16_node_product_rounded_before_its_sum": Case(
         _node_product_summed(), "bfloat16", GraphSpec("dense", frozenset({"isolated", "negative", "sorted"}), 12643),
         ValueSpec(8, "tiny", ())),
+    # Campaign 20261600 (2 float32 cases per backend), after the rounding bound above: scores near 1e38, whose
+    # rounding bound overflowed to inf, so every edge of a row snapped to its max (weight 1): a gradient 2.1e19 off
+    # where the reference is 1.5e12 from float64. An overflowed bound now leaves the ulp window.
+    "typed_differences_softmax_bound_overflows": Case(
+        _typed_differences_softmax(), "float32", GraphSpec("batch", frozenset(), 119), ValueSpec(346, "huge", ())),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
