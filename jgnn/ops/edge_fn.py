@@ -418,9 +418,10 @@ class SoftmaxRowDot(EdgeFn):
     def apply(self, rows, *, lanes=False):
         n = self.base.n_in
         m, l, g = rows[n:n + 3]
-        s, v = self.base.apply(rows[:n], lanes=lanes)
+        # the scores and their rounding bound in one trace (`rounding.bound` runs ``base`` as it bounds it)
+        (s, v), (bound, _) = rounding.bound(lambda *r: self.base.apply(list(r), lanes=lanes), *rows[:n])
         keep = rows[-1] if self.masked else None
-        alpha, p, hit = _attention_terms(s, v, m, l, g, keep, _score_bound(self.base, rows[:n], lanes))
+        alpha, p, hit = _attention_terms(s, v, m, l, g, keep, bound)
         if self.top:
             return [jnp.where(hit, p, jnp.full((), -jnp.inf, p.dtype))]
         p = _centre(p, _kept(rows[n + 3], keep))
@@ -479,8 +480,9 @@ def _kept(x, keep):
     return jnp.where(_trail(keep, x), x, jnp.zeros((), x.dtype))
 
 
-def _attention_terms(s, v, m, l, g, keep, bound=None):
-    """``(α_e, p_e = g_v·V_e, e attains the max)``, with ``g`` zero and no max on edges ``keep`` drops."""
+def _attention_terms(s, v, m, l, g, keep, bound):
+    """``(α_e, p_e = g_v·V_e, e attains the max)``, with ``g`` zero and no max on edges ``keep`` drops; ``bound``
+    is the scores' rounding bound (`snaps_to_max`)."""
     alpha = softmax_weight(s, m, l, bound)
     hit = attains_max(s, m)
     g, hit = _kept(g, keep), _kept(hit, keep)

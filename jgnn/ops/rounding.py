@@ -27,27 +27,20 @@ Rule = Callable[..., list]
 RULES: dict[object, Rule] = {}
 
 
-def _abs(x):
-    return jnp.abs(x)
-
-
 def _rounded(out, *terms):
     """The bounds ``terms`` carried in, plus this op's own rounding of its output (one ulp of it)."""
     return sum(terms, jnp.abs(out))
 
 
+def _bind(prim, params, args) -> list:
+    """``prim`` bound as ``jax.core.eval_jaxpr`` binds it, its results as a list."""
+    out = compat.bind(prim, params, args)
+    return list(out) if prim.multiple_results else [out]
+
+
 def _structural(prim):
     """A primitive that only moves, copies or picks values: it moves the bounds the same way."""
-
-    def rule(ins, bounds, outs, **params):
-        return list(_bind(prim, bounds, params)) if prim.multiple_results else [prim.bind(*bounds, **params)]
-
-    return rule
-
-
-def _bind(prim, args, params):
-    out = prim.bind(*args, **params)
-    return out if prim.multiple_results else [out]
+    return lambda ins, bounds, outs, **params: _bind(prim, params, bounds)
 
 
 for _p in (lax.reshape_p, lax.broadcast_in_dim_p, lax.squeeze_p, lax.transpose_p, lax.slice_p,
@@ -60,20 +53,20 @@ RULES[lax.select_n_p] = lambda ins, bounds, outs, **_: [lax.select_n(ins[0], *bo
 RULES[lax.add_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], *bounds)]
 RULES[lax.sub_p] = RULES[lax.add_p]
 RULES[lax.mul_p] = lambda ins, bounds, outs, **_: [
-    _rounded(outs[0], _abs(ins[1]) * bounds[0], _abs(ins[0]) * bounds[1])]
+    _rounded(outs[0], jnp.abs(ins[1]) * bounds[0], jnp.abs(ins[0]) * bounds[1])]
 RULES[lax.div_p] = lambda ins, bounds, outs, **_: [
-    _rounded(outs[0], (bounds[0] + _abs(outs[0]) * bounds[1]) / _abs(ins[1]))]
+    _rounded(outs[0], (bounds[0] + jnp.abs(outs[0]) * bounds[1]) / jnp.abs(ins[1]))]
 RULES[lax.max_p] = lambda ins, bounds, outs, **_: [jnp.maximum(*bounds)]
 RULES[lax.min_p] = RULES[lax.max_p]
-RULES[lax.exp_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], _abs(outs[0]) * bounds[0])]
-RULES[lax.expm1_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], _abs(outs[0] + 1) * bounds[0])]
-RULES[lax.log1p_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], bounds[0] / _abs(ins[0] + 1))]
+RULES[lax.exp_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], jnp.abs(outs[0]) * bounds[0])]
+RULES[lax.expm1_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], jnp.abs(outs[0] + 1) * bounds[0])]
+RULES[lax.log1p_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], bounds[0] / jnp.abs(ins[0] + 1))]
 RULES[lax.sqrt_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], bounds[0] / (2 * outs[0]))]
 RULES[lax.tanh_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], (1 - outs[0] * outs[0]) * bounds[0])]
 RULES[lax.logistic_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], outs[0] * (1 - outs[0]) * bounds[0])]
-RULES[lax.log_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], bounds[0] / _abs(ins[0]))]
+RULES[lax.log_p] = lambda ins, bounds, outs, **_: [_rounded(outs[0], bounds[0] / jnp.abs(ins[0]))]
 RULES[lax.integer_pow_p] = lambda ins, bounds, outs, y, **_: [
-    _rounded(outs[0], abs(y) * lax.integer_pow(_abs(ins[0]), y - 1) * bounds[0])]
+    _rounded(outs[0], abs(y) * lax.integer_pow(jnp.abs(ins[0]), y - 1) * bounds[0])]
 # from an integer or a bool (no bound of its own): one rounding of the converted value
 RULES[lax.convert_element_type_p] = lambda ins, bounds, outs, **params: [
     _rounded(outs[0], *([] if bounds[0] is None else [bounds[0].astype(outs[0].dtype)]))]
@@ -82,7 +75,7 @@ RULES[lax.convert_element_type_p] = lambda ins, bounds, outs, **params: [
 def _reduce_sum(ins, bounds, outs, *, axes, **params):
     """A sum of ``n`` terms, in any order: each partial sum rounds, at most ``n`` times the terms' magnitude."""
     n = int(np.prod([np.shape(ins[0])[a] for a in axes]))
-    return [_rounded(outs[0], lax.reduce_sum_p.bind(bounds[0] + n * _abs(ins[0]), axes=axes, **params))]
+    return [_rounded(outs[0], lax.reduce_sum_p.bind(bounds[0] + n * jnp.abs(ins[0]), axes=axes, **params))]
 
 
 def _dot_general(ins, bounds, outs, *, dimension_numbers, **params):
@@ -91,18 +84,27 @@ def _dot_general(ins, bounds, outs, *, dimension_numbers, **params):
     n = int(np.prod([np.shape(ins[0])[a] for a in contract]))
     a, b = ins
     dot = lambda x, y: lax.dot_general_p.bind(x, y, dimension_numbers=dimension_numbers, **params)
-    return [_rounded(outs[0], dot(bounds[0], _abs(b)), dot(_abs(a), bounds[1]), n * dot(_abs(a), _abs(b)))]
+    return [_rounded(outs[0], dot(bounds[0], jnp.abs(b)), dot(jnp.abs(a), bounds[1]), n * dot(jnp.abs(a), jnp.abs(b)))]
 
 
 RULES[lax.reduce_sum_p] = _reduce_sum
 RULES[lax.dot_general_p] = _dot_general
 
 
-def _inner(ins, bounds, outs, **params):
-    """A call of an inner jaxpr (``pjit``, ``custom_jvp_call``): its rules, applied inside."""
-    closed = params.get("jaxpr", params.get("call_jaxpr"))
-    closed = closed if isinstance(closed, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(closed, ())
-    return _eval(closed.jaxpr, closed.consts, ins, bounds)[1]
+def _call(prim):
+    """A call of an inner jaxpr (``jit``, ``custom_jvp_call``, ...): its rules, applied inside. The callee is found
+    as jgnn's IR finds it (`jgnn.compat`), whatever this JAX version names its param."""
+
+    def rule(ins, bounds, outs, **params):
+        callee = params[compat.INLINED_CALLS[prim]] if prim in compat.INLINED_CALLS else compat.custom_body(params)
+        closed = callee if isinstance(callee, jcore.ClosedJaxpr) else jcore.ClosedJaxpr(callee, ())
+        return _eval(closed.jaxpr, closed.consts, ins, bounds)[1]
+
+    return rule
+
+
+for _p in compat.CALLS:
+    RULES[_p] = _call(_p)
 
 
 def _is_float(x) -> bool:
@@ -127,18 +129,13 @@ def _eval(jaxpr, consts, args, arg_bounds):
         env[v], benv[v] = x, b
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
-        outs = compat.bind(eqn.primitive, eqn.params, ins)
-        outs = outs if eqn.primitive.multiple_results else [outs]
+        outs = _bind(eqn.primitive, eqn.params, ins)
+        in_bounds = [read_bound(v) if _is_float(x) else None for v, x in zip(eqn.invars, ins, strict=True)]
         rule = RULES.get(eqn.primitive)
-        if rule is None and ("jaxpr" in eqn.params or "call_jaxpr" in eqn.params):
-            rule = _inner
-        float_ins = [read_bound(v) for v, x in zip(eqn.invars, ins, strict=True) if _is_float(x)]
-        if not any(_is_float(y) for y in outs):
-            bounds = [None] * len(outs)
-        elif rule is None or any(b is None for b in float_ins):
+        known = all(b is not None for b, x in zip(in_bounds, ins, strict=True) if _is_float(x))
+        if rule is None or not known or not any(_is_float(y) for y in outs):
             bounds = [None] * len(outs)
         else:
-            in_bounds = [read_bound(v) if _is_float(x) else None for v, x in zip(eqn.invars, ins, strict=True)]
             bounds = rule(ins, in_bounds, outs, **eqn.params)
         for v, y, b in zip(eqn.outvars, outs, bounds, strict=True):
             env[v], benv[v] = y, b

@@ -140,6 +140,7 @@ def model(backend, inputs, params):
         p4 = jnp.concatenate([src["h"], p1])
         p6 = (p4 @ P["W2"]).reshape(2, 4)
         p9 = jax.nn.leaky_relu(jnp.sum(p6 * P["W3"], -1) + edge["b"], 0.2)
+        # "t" is read by no reduction, as in the campaign's program: W1 stays, so the params draw as they did
         return {"m0": p4, "m1": p1, "l": p9, "v": p6, "t": src["h"] @ P["W1"][src["type"]]}
     def rho(mb, node):
         return {"a_m0": jgnn.sum(mb["m0"]), "a_m1": jgnn.sum(mb["m1"]),
@@ -681,7 +682,8 @@ def _check(name: str, backend: str) -> None:
     explained, report = checker.check_explain(CASES[name])  # as `checker.check_batch` does
     failures = explained + checker.check_case(CASES[name], backends=(backend,),
                                               reassociated=checker.reassociates(report))
-    if (backend == "pallas_interpret") == (name in FOUND_BY_LOWERING):
+    lowers_in_this_tier = name in FOUND_BY_LOWERING if backend == "pallas_interpret" else name not in FOUND_BY_LOWERING
+    if lowers_in_this_tier:
         failures += checker.check_cuda_lowering(CASES[name])
     assert not failures, [(f.kind, f.mode, f.backend, f.where) for f in failures]
 
