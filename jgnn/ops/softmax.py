@@ -7,7 +7,7 @@ use jnp indexing (negative ids wrapped when ``wrap``, then clamped); the segment
 exactly as the formula does. Sums accumulate as `jgnn.ops.segment` sums do.
 
 Rules side by side: abstract eval, reference (also the XLA lowering), JVP ``α (ds − Σ α ds)`` with ``ds`` centred
-on the max's tangent as the reference's is (built from
+on the max's tangent as the reference's is, taking the ties' largest as the fused softmax does (built from
 `segment` and `gather`, which transpose), batching and residency facts.
 """
 
@@ -73,7 +73,10 @@ def _jvp(primals, tangents, *, num_segments, index, wrap):
     count = segment(hit.astype(s.dtype), ids, kind="sum", num_segments=num_segments, index=index)
     at_max = segment(jnp.where(hit, ds, jnp.zeros((), ds.dtype)), ids, kind="sum", num_segments=num_segments,
                      index=index)
-    centred = ds - gather(tangent_shift(at_max, count), ids, index=index, mode="clip", wrap=wrap)
+    # The ties' largest tangent, as the fused softmax's rule takes it (`attention_tangent`): one semantics.
+    top = segment(jnp.where(hit, ds, jnp.array(-jnp.inf, ds.dtype)), ids, kind="max", num_segments=num_segments,
+                  index=index)
+    centred = ds - gather(tangent_shift(at_max, count, top), ids, index=index, mode="clip", wrap=wrap)
     weighted = alpha * centred
     total = segment(weighted, ids, kind="sum", num_segments=num_segments, index=index)
     return alpha, weighted - alpha * gather(total, ids, index=index, mode="clip", wrap=wrap)
