@@ -468,8 +468,12 @@ def _centre(p, pivot):
     """``p − P``, exactly 0 where ``p`` equals the pivot: a kernel may fuse the product ``p = g·V`` into the
     subtraction (a multiply-add, which skips rounding ``p``), and at ``|p|`` near 1e19 the edge that set the pivot
     got the product's rounding error, 1.2e11, as its score cotangent where the reference's is 0 (fuzz campaign
-    20261400, float32 on ``pallas_interpret``)."""
-    return jnp.where(p == pivot, jnp.zeros((), p.dtype), p - pivot)
+    20261400, float32 on ``pallas_interpret``). The exact 0 is ``z − stop_gradient(z)``, not a constant, as in
+    `softmax_weight`: zero in value, it keeps the derivative that forward-over-reverse reads (a constant dropped the
+    Hessian-vector product of tied duplicate edges carrying zero messages, jraph padding: campaign 20261700)."""
+    z = p - pivot
+    zero = jnp.where(jnp.isfinite(z), z - jax.lax.stop_gradient(z), jnp.zeros((), z.dtype))
+    return jnp.where(p == pivot, zero, z)
 
 
 def _kept(x, keep):
