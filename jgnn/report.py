@@ -173,8 +173,8 @@ MESSAGES: dict[Reason, str] = {
     Reason.FUSED_ATTENTION: "edge softmax over {edges} edges and the weighted sum after it in one op; scores "
                             "{scores} and weights are never stored",
     Reason.FUSED_COMPUTE: "gather→{ops} edge ops written once per edge ({shape})",
-    Reason.MESSAGES_STORED_ANYWAY: "segment {reduce} of messages that something else also reads: they are "
-                                   "stored anyway, the reduction alone is fused",
+    Reason.MESSAGES_STORED_ANYWAY: "segment {reduce} of {shape} messages that something else also reads: they "
+                                   "are stored anyway, and the reduction over {edges} edges reads them in one op",
     Reason.NO_EDGE_WORK: "segment {reduce} of edge rows that no per-edge computation feeds: nothing to fuse",
     Reason.NOT_A_GRAPH_REDUCTION: "segment {reduce} by {index} ids: not an edge-to-node reduction",
     Reason.SOFTMAX_NOT_FUSED: "edge softmax whose weights are used outside a weighted sum: kept as one norm op",

@@ -90,7 +90,8 @@ def decide(spec: eo.EdgeSpec, operand_avals) -> Choice:
         xla = decide(spec.replace(backend="xla"), operand_avals)
         return Choice(xla.impl, xla.block, why[0], tuple(sorted(why[1].items())))
     budget = temp_budget()
-    if total <= budget or spec.num_edges <= 1:
+    stored = isinstance(spec.fn, edge_fn.RegionFn) and not spec.fn.ops  # blocks of stored rows save no memory
+    if total <= budget or spec.num_edges <= 1 or stored:
         return Choice("segment", 0, Reason.LOWER_SEGMENT, (("bytes", total), ("edges", spec.num_edges)))
     # Equal blocks: one block plus a short tail would pay the per-block node-array work (softmax rescaling,
     # the accumulator update) twice for little memory saved, and doubles the code.

@@ -180,18 +180,23 @@ def run(program: ir.Program, ctx: Context) -> ir.Program:
             ctx.skipped(Pass.FUSE, Reason.NO_EDGE_WORK, reduce=op.params["kind"])
             continue
         planned = _plan_attention(op, ctx, made_by, users, order) if op.params["kind"] == "sum" else None
-        planned = planned or _plan_reduce(op, ctx, made_by, users, order)
-        if planned is None:
-            continue
-        plans[id(op)] = planned
-        fused_away.update(id(o) for o in planned[1] if id(o) not in planned[4])
+        if planned is not None:
+            planned = [(op, planned)]
+        elif any(u is not op for u in users.get(op.inputs[0].id, [])):
+            planned = _plan_stored(op, ctx, made_by, users, order, set(plans) | fused_away)
+        else:
+            planned = _plan_reduce(op, ctx, made_by, users, order)
+            planned = [] if planned is None else [(op, planned)]
+        for at, plan in planned:  # each plan's op replaces ``at``, whose outputs it makes
+            plans[id(at)] = plan
+            fused_away.update(id(o) for o in plan[1] if id(o) not in plan[4] and o is not at)
     b = Builder(program, ctx)
     for op in program.ops:
-        if id(op) in fused_away:
-            continue
         if id(op) in plans:
             spec, _, operands, extra_outputs, _ = plans[id(op)]
             b.bind(edge_op_p, operands, dict(spec=spec), outputs=list(op.outputs) + extra_outputs)
+            continue
+        if id(op) in fused_away:
             continue
         b.emit(op)
     return b.finish()
@@ -203,16 +208,16 @@ def _layout(ctx: Context, ids: ir.Atom):
 
 
 def _spec_and_operands(ctx: Context, root: ir.Op, fn: RegionFn, found: Operands, reduce: Reduce,
-                       name: str, *, wrap: bool | None = None):
+                       name: str, *, wrap: bool | None = None, over: Group | None = None):
     msg, root_ids = root.inputs
-    over = Group.DST if root.params["index"] == Index.DST else Group.SRC
-    ids = _ids(ctx, found, root_ids, over)
+    by = Group.DST if root.params["index"] == Index.DST else Group.SRC
+    ids = _ids(ctx, found, root_ids, by)
     if ids is None:
         ctx.skipped(Pass.FUSE, Reason.DIFFERENT_INDICES, op=name, indices="src/dst")
         return None
     layout, tree = _layout(ctx, root_ids)
     e = msg.shape[0]
-    spec = EdgeSpec(fn, tuple(found.groups), reduce, over, root.params["num_segments"], e,
+    spec = EdgeSpec(fn, tuple(found.groups), reduce, over or by, root.params["num_segments"], e,
                     empty=root.params["empty"], wrap=next(iter(found.wrap), True) if wrap is None else wrap,
                     raw_over=True, backend=ctx.backend, layout=len(layout), layout_tree=tree, name=name)
     operands = [ids[0], ids[1], *found.arrays, *layout]
@@ -230,10 +235,6 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
     msg = root.inputs[0]
     e = msg.shape[0]
     kind = root.params["kind"]
-    stored = [u for u in users.get(msg.id, []) if u is not root]
-    if stored:
-        ctx.skipped(Pass.FUSE, Reason.MESSAGES_STORED_ANYWAY, reduce=kind)
-        return None
     region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order, ctx_shared=shared)
     found = classify(region, ctx, made_by, e)
     if not region.ops and (found is None or found.groups[0] not in (Group.SRC, Group.DST)):
@@ -252,6 +253,42 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
     ctx.applied(Pass.FUSE, Reason.FUSED_REDUCE, ops=len(region.ops), reduce=kind, edges=e, shape=list(msg.shape),
                 **_group_counts(found))
     return spec, region.ops, operands, extra, region.copies
+
+
+def _plan_stored(root: ir.Op, ctx: Context, made_by, users, order, taken: set[int]) -> list:
+    """A reduction of messages that something else also reads (a GraphNetwork's updated edges, a callback): the
+    messages are stored anyway, so the reduction alone becomes an edge op over the stored rows, and the gather→
+    compute region making them becomes a per-edge op that writes them once (unless another reduction of the same
+    messages planned it already). Two walks of the edges instead of one, but neither materialises more than the
+    program already does."""
+    msg, root_ids = root.inputs
+    e, kind = msg.shape[0], root.params["kind"]
+    out = []
+    producer = made_by.get(msg.id)
+    if producer is not None and id(producer) not in taken:
+        region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order,
+                      ctx_shared=lambda a: ctx.info(a).residency == Residency.SHARED)
+        found = classify(region, ctx, made_by, e) if region.ops else None
+        if found is not None and {Group.SRC, Group.DST} & set(found.groups):
+            fn = RegionFn(tuple(found.values), tuple(region.ops), (msg,),
+                          tuple(g == Group.SHARED for g in found.groups), e)
+            built = _spec_and_operands(ctx, root, fn, found, Reduce.NONE, "gather_compute", over=Group.EDGE)
+            if built is not None:
+                spec, operands = built
+                _record(ctx, spec, operands, made_by)
+                ctx.applied(Pass.FUSE, Reason.FUSED_COMPUTE, ops=len(region.ops), edges=e, shape=list(msg.shape),
+                            **_group_counts(found))
+                out.append((producer, (spec, region.ops, operands, [], region.copies)))
+    found = Operands([msg], [msg], [Group.EDGE], {}, set())
+    fn = RegionFn((msg,), (), (msg,), (False,), e)
+    built = _spec_and_operands(ctx, root, fn, found, _REDUCE[kind], f"gather_reduce({kind})")
+    if built is None:
+        return out
+    spec, operands = built
+    extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
+    _record(ctx, spec, operands, made_by)
+    ctx.applied(Pass.FUSE, Reason.MESSAGES_STORED_ANYWAY, reduce=kind, edges=e, shape=list(msg.shape))
+    return out + [(root, (spec, [], operands, extra, set()))]
 
 
 def _group_counts(found: Operands) -> dict:
