@@ -128,6 +128,24 @@ def _typed_chain_max() -> pg.Program:
     return pg.Program("typed_chain", source, sig, (("W0", (3, 8, 4)), ("W1", (3, 4, 4))), frozenset({"typed_weight"}))
 
 
+def _typed_chain_tanh_sum() -> pg.Program:
+    """Two typed matmuls after the destination gather, a tanh, a sum and a node update: `linear_reorder` makes
+    ``x[r] @ (W0 @ W1)[t]`` (campaign 20261700)."""
+    lines = ['x = graph.nodes["h"]',
+             "s, r = graph.senders, graph.receivers",
+             "n, e = x.shape[0], s.shape[0]",
+             "m = x[r]",
+             'm = jnp.einsum("ef,efk->ek", m, P["W0"][graph.edges["type"]])',
+             'm = jnp.einsum("ef,efk->ek", m, P["W1"][graph.edges["type"]])',
+             "m = jnp.tanh(m)",
+             "agg = jax.ops.segment_sum(m, r, n)",
+             'agg = jnp.tanh(agg @ P["W2"]) + x @ P["W3"]']
+    source = _compiled_source(lines, '{"h": agg}')
+    sig = Signature(node_feats=(("h", (8,)),), edge_types=3)
+    return pg.Program("segments", source, sig, (("W0", (3, 8, 4)), ("W1", (3, 4, 4)), ("W2", (4, 4)),
+                                                ("W3", (8, 4))), frozenset({"typed_weight"}))
+
+
 def _typed_attention_sum() -> pg.Program:
     """Typed messages, a normalised sum, and a softmax over scores from both endpoints and an edge feature, whose
     values are read at the source (campaign 20261201)."""
@@ -699,6 +717,13 @@ CASES = {
     "padded_tied_attention_hvp": Case(
         _range_and_attention_padded(), "float32", GraphSpec("padded", frozenset(), 20632),
         ValueSpec(9232, "normal", ())),
+    # Campaign 20261700 (1 float32 case per backend): +inf features through a reassociated typed chain. The
+    # reference's x[r] @ W0 @ W1 makes inf − inf = NaN, which its tanh backward turns into NaN gradients whatever
+    # the (zeroed) cotangent of the tainted outputs: 0 · NaN. jgnn's x[r] @ (W0 @ W1) stays ±inf and its gradient
+    # finite. The checker does not compare a reassociated case's gradient where the reference's is NaN.
+    "reassociated_chain_nan_gradient": Case(
+        _typed_chain_tanh_sum(), "float32", GraphSpec("batch", frozenset(), 1426),
+        ValueSpec(1474, "tiny", (Pattern("ties", "graph.nodes.h"), Pattern("posinf", "graph.nodes.h")))),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
