@@ -9,7 +9,9 @@ op's operands: node rows gathered by source or destination ids, edge rows, and s
 
 A weighted sum of an edge softmax, ``segment_sum(f(α, ...))`` with ``α = segment_softmax(s)`` and ``f`` linear and
 diagonal in ``α`` (``α[..., None] * v``, times masks), becomes one attention op: neither ``α`` nor the scores are
-ever stored. Everything is recorded in the report, with the lowering each op gets.
+ever stored. Messages that something else also reads are stored anyway: the region making them becomes a
+per-edge edge op and the reduction another over the stored rows (`Reason.MESSAGES_STORED_ANYWAY`). Everything is
+recorded in the report, with the lowering each op gets.
 """
 
 from __future__ import annotations
