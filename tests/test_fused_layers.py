@@ -266,6 +266,10 @@ def test_graph_network_with_edge_outputs_on_the_kernel_backend():
 
     np.testing.assert_allclose(jax.grad(loss)(graph.nodes, compiled), jax.grad(loss)(graph.nodes, model),
                                rtol=2e-4, atol=2e-4)
+    # on the GPU backend, the reduction of the stored edges lowers to the Triton kernel, forward and backward
+    on_gpu = jgnn.compile(model, backend="pallas")
+    step = jax.value_and_grad(lambda nodes: loss(nodes, on_gpu))
+    assert compat.TRITON_CUSTOM_CALL in compat.export_cuda_mlir(step, graph.nodes)
 
 
 def test_nested_compilation_keeps_inner_fused_ops_whole():
