@@ -151,7 +151,7 @@ def _transpose(ct, x, ids, *, kind, num_segments, index, empty):
     # A max/min of tangents is not linear; it stands in a linear program only where `tangent_shift`, whose
     # transpose is zero, reads it (the softmax JVP's largest tied tangent): a zero cotangent, transposed to zero.
     if type(ct) is ad.Zero:
-        return ad.Zero(x.aval), None
+        return (ad.Zero(x.aval) if ad.is_undefined_primal(x) else None), None
     assert kind in ("sum", "mean") and ad.is_undefined_primal(x) and not ad.is_undefined_primal(ids)
     from jgnn.ops.gather import gather
 
