@@ -362,8 +362,12 @@ def _jvp(primals, tangents, *, spec: EdgeSpec):
     out, m, l = outs  # SOFTMAX: m is a shift the weights do not depend on, so it is held fixed
     m_saved, l_saved = (checkpoint_name(x, STATS_NAME) for x in (jax.lax.stop_gradient(m), l))
     d_out = attention_tangent(src_ids, dst_ids, operands, tans, m_saved, l_saved, layout, spec=spec, slots=slots)
+    # On XLA, where a softmax backward runs unless every one of its ops is a kernel (`attention_tangent._alike`):
+    # only forward-over-reverse reads ``dl``, and there it cancels against the backward's recomputed score tangent,
+    # which a Pallas kernel rounds differently (a row with one edge, scores near 1e19: a Hessian-vector product 1e31
+    # off, campaign 20261700). A backward all on kernels still rounds apart from it; no case of that is known.
     d_l = bind(ef.WeightTangent(ef.Pick(spec.fn, (0,)), slots, normalized=False), (row,), (m_saved,),
-               reduce=Reduce.SUM)[0]
+               reduce=Reduce.SUM, backend="xla")[0]
     return outs, [d_out, zeros[1], d_l.astype(l.dtype)]
 
 

@@ -439,6 +439,18 @@ def _jraph_gat_edge_bias(width: int = 1, head_width: int = 1) -> pg.Program:
                       frozenset({"jraph_gat"}))
 
 
+def _jraph_gat_masked_bias() -> pg.Program:
+    """`strategies.gat_programs` with one feature, 2 heads of 4, an edge bias and −1e9 masks (campaign 20261700)."""
+    logit = 'jnp.where(edges["m"][:, None] > 0, jnp.sum(sent * P["W1"] + received * P["W2"], -1) + edges["b"], -1e9)'
+    lines = ['query = lambda x: (x @ P["W0"]).reshape(x.shape[0], 2, 4)',
+             f"logit = lambda sent, received, edges: jax.nn.leaky_relu({logit}, 0.2)[..., None]",
+             "update = lambda x: jax.nn.elu(x.reshape(x.shape[0], -1))",
+             'out = jraph.GAT(query, logit, update)(graph._replace(nodes=graph.nodes["h"]))']
+    sig = Signature(node_feats=(("h", (1,)),), edge_feats=(("b", (2,)), ("m", ())))
+    return pg.Program("jraph_gat", _compiled_source(lines, '{"h": out.nodes}'), sig,
+                      (("W0", (1, 8)), ("W1", (2, 4)), ("W2", (2, 4))), frozenset({"jraph_gat", "mask_1e9"}))
+
+
 def _index_gathered_softmax() -> pg.Program:
     """Rows gathered by an index argument, a jraph softmax over destinations and a weighted sum (campaign
     20261205): at scores near 1e19 XLA recomputed a score inside ``s − m`` with its product fused, every edge of a
@@ -724,6 +736,13 @@ CASES = {
     "reassociated_chain_nan_gradient": Case(
         _typed_chain_tanh_sum(), "float32", GraphSpec("batch", frozenset(), 1426),
         ValueSpec(1474, "tiny", (Pattern("ties", "graph.nodes.h"), Pattern("posinf", "graph.nodes.h")))),
+    # Campaign 20261700 (1 float32 case, hvp, pallas_interpret): features near 1e19, rows with one unmasked edge.
+    # Such a row's weight is 1, so its second-order terms must cancel: the backward's recomputed score tangent
+    # against the forward's normaliser tangent. The normaliser's tangent ran as a Pallas kernel, the backward on
+    # XLA; they rounded differently, and the Hessian-vector product was 9.5e31 off where the reference's is 3.7.
+    "gat_one_edge_rows_huge_hvp": Case(
+        _jraph_gat_masked_bias(), "float32", GraphSpec("star", frozenset({"sorted"}), 4603),
+        ValueSpec(2147, "huge", (Pattern("near_ties", "graph.edges.m"), Pattern("mask_rows_1e9", "graph.edges.m")))),
     "concat_globals_cuda_lowering": Case(_concat_globals(), "float32",
                                          GraphSpec("small", frozenset({"self_loops", "sorted", "sources"}), 3311),
                                          ValueSpec(63109, "normal", (Pattern("posinf", "graph.nodes.h"),
@@ -735,7 +754,7 @@ CASES = {
 # checks it on `xla` and its CUDA lowering too (3-11 s of `jax.export` per case), except where that check found it.
 FOUND_BY_LOWERING = frozenset({"concat_globals_cuda_lowering"})
 # Cases found under a transform of the layer (`checker.check_transform`), which each is checked under too.
-FOUND_BY_TRANSFORM = {"padded_tied_attention_hvp": "hvp"}
+FOUND_BY_TRANSFORM = {"padded_tied_attention_hvp": "hvp", "gat_one_edge_rows_huge_hvp": "hvp"}
 
 
 def _check(name: str, backend: str) -> None:
