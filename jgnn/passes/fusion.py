@@ -232,12 +232,35 @@ def _record(ctx: Context, spec: EdgeSpec, operands, made_by) -> None:
                     varying=tuple(ctx.varies(a, made_by) for a in mine))
 
 
+def _grow_messages(msg: ir.Value, ctx: Context, made_by, users, order) -> Region:
+    """The row-wise edge ops computing ``msg`` (shared broadcasts remade inside)."""
+    e = msg.shape[0]
+    return grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order,
+                ctx_shared=lambda a: ctx.info(a).residency == Residency.SHARED)
+
+
+def _region_fn(region: Region, found: Operands, msg: ir.Value) -> RegionFn:
+    return RegionFn(tuple(found.values), tuple(region.ops), (msg,), tuple(g == Group.SHARED for g in found.groups),
+                    msg.shape[0])
+
+
+def _reduction(ctx: Context, root: ir.Op, fn: RegionFn, found: Operands, made_by):
+    """The reduction edge op of ``root`` over ``fn``'s messages, recorded: (spec, operands, extra outputs), or None
+    (recorded as skipped)."""
+    kind = root.params["kind"]
+    built = _spec_and_operands(ctx, root, fn, found, _REDUCE[kind], f"gather_reduce({kind})")
+    if built is None:
+        return None
+    spec, operands = built
+    _record(ctx, spec, operands, made_by)
+    return spec, operands, [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
+
+
 def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
-    shared = lambda a: ctx.info(a).residency == Residency.SHARED
     msg = root.inputs[0]
     e = msg.shape[0]
     kind = root.params["kind"]
-    region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order, ctx_shared=shared)
+    region = _grow_messages(msg, ctx, made_by, users, order)
     found = classify(region, ctx, made_by, e)
     if not region.ops and (found is None or found.groups[0] not in (Group.SRC, Group.DST)):
         ctx.skipped(Pass.FUSE, Reason.NO_EDGE_WORK, reduce=kind)
@@ -245,13 +268,10 @@ def _plan_reduce(root: ir.Op, ctx: Context, made_by, users, order):
     if found is None:
         ctx.skipped(Pass.FUSE, Reason.NOT_A_GRAPH_REDUCTION, reduce=kind, index=root.params["index"].value)
         return None
-    fn = RegionFn(tuple(found.values), tuple(region.ops), (msg,), tuple(g == Group.SHARED for g in found.groups), e)
-    built = _spec_and_operands(ctx, root, fn, found, _REDUCE[kind], f"gather_reduce({kind})")
+    built = _reduction(ctx, root, _region_fn(region, found, msg), found, made_by)
     if built is None:
         return None
-    spec, operands = built
-    extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
-    _record(ctx, spec, operands, made_by)
+    spec, operands, extra = built
     ctx.applied(Pass.FUSE, Reason.FUSED_REDUCE, ops=len(region.ops), reduce=kind, edges=e, shape=list(msg.shape),
                 **_group_counts(found))
     return spec, region.ops, operands, extra, region.copies
@@ -263,32 +283,27 @@ def _plan_stored(root: ir.Op, ctx: Context, made_by, users, order, taken: set[in
     compute region making them becomes a per-edge op that writes them once (unless another reduction of the same
     messages planned it already). Two walks of the edges instead of one, but neither materialises more than the
     program already does."""
-    msg, root_ids = root.inputs
+    msg = root.inputs[0]
     e, kind = msg.shape[0], root.params["kind"]
     out = []
     producer = made_by.get(msg.id)
     if producer is not None and id(producer) not in taken:
-        region = grow(msg, made_by, users, lambda o: _edge_rowwise(o, ctx, e), order,
-                      ctx_shared=lambda a: ctx.info(a).residency == Residency.SHARED)
+        region = _grow_messages(msg, ctx, made_by, users, order)
         found = classify(region, ctx, made_by, e) if region.ops else None
         if found is not None and {Group.SRC, Group.DST} & set(found.groups):
-            fn = RegionFn(tuple(found.values), tuple(region.ops), (msg,),
-                          tuple(g == Group.SHARED for g in found.groups), e)
-            built = _spec_and_operands(ctx, root, fn, found, Reduce.NONE, "gather_compute", over=Group.EDGE)
+            built = _spec_and_operands(ctx, root, _region_fn(region, found, msg), found, Reduce.NONE,
+                                       "gather_compute", over=Group.EDGE)
             if built is not None:
                 spec, operands = built
                 _record(ctx, spec, operands, made_by)
                 ctx.applied(Pass.FUSE, Reason.FUSED_COMPUTE, ops=len(region.ops), edges=e, shape=list(msg.shape),
                             **_group_counts(found))
                 out.append((producer, (spec, region.ops, operands, [], region.copies)))
-    found = Operands([msg], [msg], [Group.EDGE], {}, set())
-    fn = RegionFn((msg,), (), (msg,), (False,), e)
-    built = _spec_and_operands(ctx, root, fn, found, _REDUCE[kind], f"gather_reduce({kind})")
+    stored = Operands([msg], [msg], [Group.EDGE], {}, set())
+    built = _reduction(ctx, root, _region_fn(Region([], [msg]), stored, msg), stored, made_by)
     if built is None:
         return out
-    spec, operands = built
-    extra = [ir.Value(tuple(a.shape), a.dtype) for a in _extra_avals(spec, operands)]
-    _record(ctx, spec, operands, made_by)
+    spec, operands, extra = built
     ctx.applied(Pass.FUSE, Reason.MESSAGES_STORED_ANYWAY, reduce=kind, edges=e, shape=list(msg.shape))
     return out + [(root, (spec, [], operands, extra, set()))]
 
